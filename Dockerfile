@@ -1,0 +1,23 @@
+# One image for web, worker and beat (docker-compose.yml picks the command).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    DJANGO_SETTINGS_MODULE=config.settings.production
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openssh-client \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --uid 1000 gpulab
+
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install -r requirements.txt
+COPY --chown=gpulab:gpulab . .
+# collectstatic needs a secret key to import production settings; it is not used at runtime.
+RUN DJANGO_SECRET_KEY=build-only-not-secret python manage.py collectstatic --noinput
+
+USER gpulab
+EXPOSE 8000
+CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

@@ -1,0 +1,63 @@
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+
+from .models import ApiToken, DeviceTypeQuota, LabGroup, User
+
+
+class DeviceTypeQuotaInline(admin.TabularInline):
+    model = DeviceTypeQuota
+    extra = 0
+    fk_name = "user"
+
+
+class GroupDeviceTypeQuotaInline(DeviceTypeQuotaInline):
+    fk_name = "group"
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    list_display = [
+        "username",
+        "role",
+        "default_group",
+        "weight",
+        "max_gpus",
+        "max_running_jobs",
+        "max_pending_jobs",
+        "is_active",
+    ]
+    list_filter = ["role", "is_active", "lab_groups"]
+    search_fields = ["username", "email", "first_name", "last_name"]
+    fieldsets = [
+        *DjangoUserAdmin.fieldsets,
+        (
+            "gpulab",
+            {
+                "fields": [
+                    "role",
+                    "default_group",
+                    "weight",
+                    "max_gpus",
+                    "max_running_jobs",
+                    "max_pending_jobs",
+                ]
+            },
+        ),
+    ]
+    inlines = [DeviceTypeQuotaInline]
+
+
+@admin.register(LabGroup)
+class LabGroupAdmin(admin.ModelAdmin):
+    list_display = ["name", "weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
+    search_fields = ["name", "description"]
+    filter_horizontal = ["members"]
+    inlines = [GroupDeviceTypeQuotaInline]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["user__username", "name", "prefix"]
+    readonly_fields = ["digest", "prefix", "created_at", "last_used_at"]

@@ -1,0 +1,123 @@
+"""People, lab groups, their fairness weights and quotas, and API tokens.
+
+Its own app because three others use it: `jobs` checks quotas at submission, the
+scheduler reads weights and quotas every round, and the dashboard reports usage per
+user and group. A quota of NULL means "no limit".
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+from django.db.models import Q
+
+from .choices import Role
+
+
+class QuotaFields(models.Model):
+    """Fair-share weight and hard limits, shared by users and groups."""
+
+    weight = models.FloatField(default=1.0, help_text="Fair-share weight; larger gets more.")
+    max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="GPUs in use at once.")
+    max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
+    max_pending_jobs = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class LabGroup(QuotaFields):
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    members = models.ManyToManyField("accounts.User", related_name="lab_groups", blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gt=0), name="labgroup_weight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class User(AbstractUser, QuotaFields):
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.STUDENT)
+    default_group = models.ForeignKey(
+        LabGroup,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The group a job is charged to when the submission names none.",
+    )
+
+    class Meta:
+        ordering = ["username"]
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gt=0), name="user_weight_positive"),
+            models.CheckConstraint(
+                condition=Q(role__in=[choice.value for choice in Role]), name="user_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.username
+
+    @property
+    def is_lab_admin(self) -> bool:
+        return self.role == Role.ADMIN or self.is_superuser
+
+
+class DeviceTypeQuota(models.Model):
+    """A per-device-type GPU cap for one user or one group (exactly one of them)."""
+
+    user = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.CASCADE, related_name="type_quotas"
+    )
+    group = models.ForeignKey(
+        LabGroup, null=True, blank=True, on_delete=models.CASCADE, related_name="type_quotas"
+    )
+    device_type = models.ForeignKey("cluster.DeviceType", on_delete=models.CASCADE)
+    max_gpus = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(user__isnull=False) & Q(group__isnull=True))
+                | (Q(user__isnull=True) & Q(group__isnull=False)),
+                name="typequota_exactly_one_owner",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "device_type"], name="typequota_unique_per_user"
+            ),
+            models.UniqueConstraint(
+                fields=["group", "device_type"], name="typequota_unique_per_group"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        owner = self.user or self.group
+        return f"{owner}: max {self.max_gpus} × {self.device_type}"
+
+
+class ApiToken(models.Model):
+    """A named API token. Only a SHA-256 digest is stored; the key is shown once."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=64)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise it.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

@@ -1,0 +1,78 @@
+"""Nodes, their devices, and device types with an admin-set relative speed."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from .choices import DeviceKind, NodeState, Runtime
+
+
+class DeviceType(models.Model):
+    """A class of interchangeable devices, e.g. `a100`. Speed is relative to 1.0."""
+
+    name = models.SlugField(max_length=32, unique=True)
+    display_name = models.CharField(max_length=64, blank=True)
+    speed = models.FloatField(
+        default=1.0,
+        help_text="Relative speed (reference 1.0). Attained service is normalized by it.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(speed__gt=0), name="devicetype_speed_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    address = models.CharField(max_length=255, help_text="Host name or IP for SSH.")
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, default="gpulab")
+    runtime = models.CharField(max_length=16, choices=Runtime.choices, default=Runtime.DOCKER)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UP)
+    state_reason = models.CharField(max_length=255, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    simulated = models.BooleanField(
+        default=False, help_text="Demo node: a simulated agent runs its jobs."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[choice.value for choice in NodeState]),
+                name="node_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(ssh_port__gte=1) & Q(ssh_port__lte=65535), name="node_ssh_port_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Device(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveSmallIntegerField(help_text="Index on the node (nvidia-smi order).")
+    uuid = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=8, choices=DeviceKind.choices, default=DeviceKind.GPU)
+    model_name = models.CharField(max_length=128, blank=True)
+    device_type = models.ForeignKey(DeviceType, on_delete=models.PROTECT, related_name="devices")
+    memory_mb = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="device_unique_index_per_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/{self.index} ({self.device_type})"

@@ -1,0 +1,18 @@
+"""The demo and development: an embedded SQLite database, no Redis needed."""
+
+from __future__ import annotations
+
+from .base import *  # noqa: F403
+from .base import BASE_DIR, env, env_bool
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+}
+# The demo must start without Redis: an in-process cache is enough for one server process.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+GPULAB_DEMO = env_bool("GPULAB_DEMO", True)
+
+# Serve static files straight from the app folders; no collectstatic needed here.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

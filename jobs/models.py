@@ -1,0 +1,138 @@
+"""Jobs, their device allocations, and the append-only event trail."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from .choices import Consolidation, EventActor, JobState
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    group = models.ForeignKey(
+        "accounts.LabGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    name = models.CharField(max_length=128)
+    image = models.CharField(max_length=512)
+    command = models.JSONField(help_text="argv list; never run through a shell.")
+    env = models.JSONField(default=dict, blank=True)
+    num_gpus = models.PositiveSmallIntegerField(default=1)
+    accepted_types = models.JSONField(
+        default=list, blank=True, help_text="Device type names, most preferred first; [] = any."
+    )
+    consolidation = models.CharField(
+        max_length=16, choices=Consolidation.choices, default=Consolidation.PREFERRED
+    )
+    walltime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    max_retries = models.PositiveSmallIntegerField(default=0)
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    reason = models.CharField(
+        max_length=500, blank=True, help_text="Why it is pending or why it failed, in words."
+    )
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0, help_text="Incremented at every start.")
+    retries_used = models.PositiveSmallIntegerField(default=0)
+    preemption_count = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    # Tiresias state (see scheduler/core/types.py for units): GPU-seconds normalized by speed.
+    queue_level = models.PositiveSmallIntegerField(default=0)
+    queue_entered_at = models.DateTimeField(null=True, blank=True)
+    attained_service = models.FloatField(default=0.0)
+    service_since_promotion = models.FloatField(default=0.0)
+    executed_since_promotion = models.FloatField(default=0.0, help_text="Seconds run.")
+    waiting_since_promotion = models.FloatField(default=0.0, help_text="Seconds pending.")
+
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the current run.")
+    first_started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"], name="job_state_submitted"),
+            models.Index(fields=["owner", "state"], name="job_owner_state"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[choice.value for choice in JobState]),
+                name="job_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(consolidation__in=[choice.value for choice in Consolidation]),
+                name="job_consolidation_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(attained_service__gte=0), name="job_attained_service_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(retries_used__lte=F("max_retries")), name="job_retries_within_limit"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+
+class Allocation(models.Model):
+    """One device held by one attempt of a job, from `started_at` until `ended_at`.
+
+    A live allocation has `ended_at` NULL. The partial unique index below is the last
+    guard against double-booking: whatever races above it, the database refuses a second
+    live allocation of the same device.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    attempt = models.PositiveIntegerField()
+    device = models.ForeignKey(
+        "cluster.Device", on_delete=models.PROTECT, related_name="allocations"
+    )
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "device_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device"],
+                condition=Q(ended_at__isnull=True),
+                name="allocation_one_live_per_device",
+            ),
+            models.UniqueConstraint(
+                fields=["job", "attempt", "device"], name="allocation_unique_device_per_attempt"
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")),
+                name="allocation_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} on device {self.device_id}"
+
+
+class JobEvent(models.Model):
+    """Append-only audit trail: every state change and notable fact about a job."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    actor = models.CharField(max_length=16, choices=EventActor.choices)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.from_state or '·'} → {self.to_state or '·'}"

@@ -1,0 +1,386 @@
+"""Every write to a job: submission, cancellation, and the state machine's transitions.
+
+The transitions table lives in `jobs/choices.py`; this module is the only code that
+changes `Job.state`. Each transition is a conditional UPDATE on the expected old state,
+so when two workers race for the same job exactly one wins and the other gets
+`IllegalTransition`. Each transition writes a `JobEvent` in the same transaction.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.models import LabGroup, User
+from cluster import selectors as cluster_selectors
+from cluster.models import Device
+from config.errors import IllegalTransition, NotFound, ValidationFailed
+
+from . import validation
+from .choices import (
+    HOLDING_STATES,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    Consolidation,
+    EventActor,
+    JobState,
+)
+from .models import Allocation, Job, JobEvent
+from .selectors import job_get_for_user
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A submission as it arrives from the form, the API or the CLI (not yet validated)."""
+
+    image: Any
+    command: Any
+    num_gpus: Any = 1
+    name: Any = ""
+    env: Any = field(default_factory=dict)
+    accepted_types: Any = field(default_factory=list)
+    consolidation: Any = Consolidation.PREFERRED.value
+    walltime_seconds: Any = None
+    max_retries: Any = 0
+    group: Any = None  # group name; None = the owner's default group
+
+
+# --------------------------------------------------------------------------- submission
+
+
+def job_submit(*, owner: User, spec: JobSpec) -> Job:
+    """Validate a submission and store it as PENDING, or raise and write nothing.
+
+    1. Syntax of every field (image, argv, env, numbers, choices).
+    2. Rules that need the database: the group is one of the owner's, device types exist,
+       the cluster could ever give this many GPUs of the accepted types, the owner's and
+       the group's hard GPU caps, and the pending-job quotas.
+    3. Insert the job and its first event; ask for a scheduling round after commit.
+
+    The owner's (and group's) row is locked for the pending-quota count, so two
+    concurrent submissions cannot both slip under the limit.
+    """
+    errors: dict[str, list[str]] = {}
+
+    def check(field_name: str, messages: list[str]) -> None:
+        if messages:
+            errors.setdefault(field_name, []).extend(messages)
+
+    check("image", validation.image_errors(spec.image))
+    check("command", validation.command_errors(spec.command))
+    check("env", validation.env_errors(spec.env))
+    check("num_gpus", validation.integer_errors(spec.num_gpus, minimum=0, maximum=4096))
+    check(
+        "max_retries",
+        validation.integer_errors(spec.max_retries, minimum=0, maximum=validation.MAX_RETRIES),
+    )
+    if spec.walltime_seconds is not None:
+        check(
+            "walltime_seconds",
+            validation.integer_errors(
+                spec.walltime_seconds, minimum=60, maximum=validation.MAX_WALLTIME_SECONDS
+            ),
+        )
+    if spec.consolidation not in Consolidation.values:
+        check("consolidation", [f"Choose one of: {', '.join(Consolidation.values)}."])
+    name = spec.name if spec.name not in (None, "") else None
+    if name is not None and (not isinstance(name, str) or len(name) > 128):
+        check("name", ["At most 128 characters of text."])
+    check(
+        "accepted_types",
+        validation.accepted_types_errors(
+            spec.accepted_types, cluster_selectors.device_type_names()
+        ),
+    )
+    group = _resolve_group(owner=owner, group_name=spec.group, errors=errors)
+
+    # Capacity and GPU caps need a valid count and valid types; report them alongside
+    # the other fields' errors so one round trip shows everything that is wrong.
+    num_gpus = spec.num_gpus
+    single_node = spec.consolidation == Consolidation.REQUIRED
+    countable = not ({"num_gpus", "accepted_types", "consolidation"} & errors.keys())
+    if countable and num_gpus > 0:
+        most = cluster_selectors.max_gpus_grantable(
+            accepted_types=spec.accepted_types, single_node=single_node
+        )
+        if num_gpus > most:
+            where = "on one node" if single_node else "in the whole cluster"
+            types = ", ".join(spec.accepted_types) or "any type"
+            check(
+                "num_gpus",
+                [f"{num_gpus} GPUs can never be granted: at most {most} of {types} exist {where}."],
+            )
+        for account, label in ((owner, f"user {owner.username}"), (group, f"group {group}")):
+            if account is not None and account.max_gpus is not None and num_gpus > account.max_gpus:
+                check(
+                    "num_gpus", [f"QuotaExceeded: {label} may use at most {account.max_gpus} GPUs."]
+                )
+    if errors:
+        raise ValidationFailed(errors)
+
+    with transaction.atomic():
+        _check_pending_quota(owner=owner, group=group)
+        now = timezone.now()
+        job = Job.objects.create(
+            owner=owner,
+            group=group,
+            name=name or _default_name(spec.command),
+            image=spec.image,
+            command=list(spec.command),
+            env=dict(spec.env),
+            num_gpus=num_gpus,
+            accepted_types=list(spec.accepted_types),
+            consolidation=spec.consolidation,
+            walltime_seconds=spec.walltime_seconds,
+            max_retries=spec.max_retries,
+            state=JobState.PENDING,
+            reason="Waiting for the next scheduling round.",
+            queue_entered_at=now,
+        )
+        JobEvent.objects.create(
+            job=job,
+            to_state=JobState.PENDING,
+            actor=EventActor.USER,
+            actor_user=owner,
+            message=f"Submitted: {num_gpus} GPU(s), image {job.image}.",
+        )
+    return job
+
+
+def _resolve_group(
+    *, owner: User, group_name: Any, errors: dict[str, list[str]]
+) -> LabGroup | None:
+    if group_name in (None, ""):
+        return owner.default_group or owner.lab_groups.order_by("name").first()
+    if not isinstance(group_name, str):
+        errors.setdefault("group", []).append("Give the group's name.")
+        return None
+    group = owner.lab_groups.filter(name=group_name).first()
+    if group is None:
+        errors.setdefault("group", []).append(
+            f"You are not a member of a group named {group_name!r}."
+        )
+    return group
+
+
+def _check_pending_quota(*, owner: User, group: LabGroup | None) -> None:
+    """Refuse a submission past the owner's or the group's max_pending_jobs.
+
+    The owner's row (and the group's) is locked first, so that concurrent submissions
+    are counted one after another instead of all seeing the same count.
+    """
+    checks: list[tuple[str, int | None, dict[str, Any]]] = []
+    locked_owner = User.objects.select_for_update().get(pk=owner.pk)
+    checks.append((f"user {owner.username}", locked_owner.max_pending_jobs, {"owner": owner}))
+    if group is not None:
+        locked_group = LabGroup.objects.select_for_update().get(pk=group.pk)
+        checks.append((f"group {group.name}", locked_group.max_pending_jobs, {"group": group}))
+    for label, limit, scope in checks:
+        if limit is None:
+            continue
+        pending = Job.objects.filter(state=JobState.PENDING, **scope).count()
+        if pending >= limit:
+            message = f"QuotaExceeded: {label} already has {pending} pending jobs (max {limit})."
+            raise ValidationFailed({"quota": [message]})
+
+
+def _default_name(command: Sequence[str]) -> str:
+    return shlex.join(command)[:128]
+
+
+# --------------------------------------------------------------------------- transitions
+
+
+def job_transition(
+    *,
+    job_id: int,
+    to_state: JobState,
+    actor: EventActor,
+    actor_user: User | None = None,
+    message: str = "",
+    expected: frozenset[JobState] | None = None,
+    **updates: Any,
+) -> Job:
+    """Move one job to `to_state` if the state machine allows it from where it is now.
+
+    1. Read the current state; refuse a transition the table does not allow (or one
+       outside `expected`, when the caller needs a specific source state).
+    2. UPDATE ... WHERE state = <the state just read>: if another worker changed the job
+       in between, no row matches and this call raises instead of overwriting.
+    3. Leaving a device-holding state ends the job's live allocations.
+    4. Write the event. All in one transaction.
+    """
+    with transaction.atomic():
+        current = Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
+        if current is None:
+            raise NotFound(f"Job {job_id} does not exist.")
+        from_state = JobState(current)
+        if to_state not in TRANSITIONS[from_state] or (
+            expected is not None and from_state not in expected
+        ):
+            raise IllegalTransition(
+                f"Job {job_id} is {from_state.label}; it cannot become {to_state.label}."
+            )
+        now = timezone.now()
+        if to_state in TERMINAL_STATES:
+            updates.setdefault("finished_at", now)
+        changed = Job.objects.filter(pk=job_id, state=from_state).update(
+            state=to_state, updated_at=now, **updates
+        )
+        if changed != 1:
+            raise IllegalTransition(
+                f"Job {job_id} changed state concurrently; {to_state.label} not applied."
+            )
+        if from_state in HOLDING_STATES and to_state not in HOLDING_STATES:
+            Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).update(ended_at=now)
+        JobEvent.objects.create(
+            job_id=job_id,
+            from_state=from_state,
+            to_state=to_state,
+            actor=actor,
+            actor_user=actor_user,
+            message=message,
+        )
+        return Job.objects.get(pk=job_id)
+
+
+def job_cancel(*, job_id: int, by: User) -> Job:
+    """Cancel a job the caller may see (their own; admins: any). Already-ended jobs stay."""
+    job = job_get_for_user(user=by, job_id=job_id)
+    if job.state in TERMINAL_STATES:
+        raise IllegalTransition(f"Job {job.pk} already ended ({job.get_state_display()}).")
+    who = "an admin" if by.pk != job.owner_id else "its owner"
+    return job_transition(
+        job_id=job.pk,
+        to_state=JobState.CANCELLED,
+        actor=EventActor.USER,
+        actor_user=by,
+        message=f"Cancelled by {who} ({by.username}).",
+        reason=f"Cancelled by {by.username}.",
+    )
+
+
+def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> Job:
+    """PENDING → STARTING: hold `device_ids` for a new attempt, or raise and hold nothing.
+
+    The partial unique index on live allocations is the last guard: if any device is
+    already held, the INSERT fails and the whole transition rolls back.
+    """
+    devices = list(Device.objects.filter(pk__in=device_ids))
+    if len(devices) != len(set(device_ids)):
+        raise IllegalTransition(f"Job {job_id}: some of devices {list(device_ids)} do not exist.")
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            job = job_transition(
+                job_id=job_id,
+                to_state=JobState.STARTING,
+                actor=EventActor.SCHEDULER,
+                message=message or f"Starting on {len(devices)} device(s).",
+                attempt=F("attempt") + 1,
+                started_at=now,
+                reason="",
+                queue_position=None,
+            )
+            if job.first_started_at is None:
+                Job.objects.filter(pk=job_id).update(first_started_at=now)
+            Allocation.objects.bulk_create(
+                Allocation(job_id=job_id, attempt=job.attempt, device=device, started_at=now)
+                for device in devices
+            )
+    except IntegrityError as exc:
+        raise IllegalTransition(f"Job {job_id}: a device is already held by another job.") from exc
+    return Job.objects.get(pk=job_id)
+
+
+def job_mark_running(*, job_id: int, message: str = "Container is running.") -> Job:
+    return job_transition(
+        job_id=job_id, to_state=JobState.RUNNING, actor=EventActor.AGENT, message=message
+    )
+
+
+def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
+    """RUNNING or PREEMPTING → SUCCEEDED (exit 0) or FAILED (anything else)."""
+    succeeded = exit_code == 0
+    return job_transition(
+        job_id=job_id,
+        to_state=JobState.SUCCEEDED if succeeded else JobState.FAILED,
+        actor=EventActor.AGENT,
+        message=message or f"Exited with code {exit_code}.",
+        expected=frozenset({JobState.RUNNING, JobState.PREEMPTING}),
+        exit_code=exit_code,
+        reason="" if succeeded else f"Exited with code {exit_code}.",
+    )
+
+
+def job_launch_failed(*, job_id: int, message: str) -> Job:
+    """STARTING → FAILED: the launch itself failed (bad image, node refused)."""
+    return job_transition(
+        job_id=job_id,
+        to_state=JobState.FAILED,
+        actor=EventActor.AGENT,
+        message=message,
+        expected=frozenset({JobState.STARTING}),
+        reason=message,
+    )
+
+
+def job_preempt(*, job_id: int, reason: str, by_job_id: int | None = None) -> Job:
+    """RUNNING → PREEMPTING: the agent sends SIGTERM and waits the grace period."""
+    cause = f" for job #{by_job_id}" if by_job_id is not None else ""
+    return job_transition(
+        job_id=job_id,
+        to_state=JobState.PREEMPTING,
+        actor=EventActor.SCHEDULER,
+        message=f"Preempted{cause}: {reason}",
+        reason=f"Preempted{cause}: {reason}",
+    )
+
+
+def job_requeue(*, job_id: int, message: str) -> Job:
+    """PREEMPTING or LOST → PENDING, back in the queue with its attained service kept."""
+    current = Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
+    if current is None:
+        raise NotFound(f"Job {job_id} does not exist.")
+    extra: dict[str, Any] = {}
+    if current == JobState.PREEMPTING:
+        extra["preemption_count"] = F("preemption_count") + 1
+    return job_transition(
+        job_id=job_id,
+        to_state=JobState.PENDING,
+        actor=EventActor.SYSTEM,
+        message=message,
+        # Pinned to the state read above, so the preemption count matches the source.
+        expected=frozenset({JobState(current)}),
+        reason=message,
+        started_at=None,
+        **extra,
+    )
+
+
+def job_mark_lost(*, job_id: int, message: str) -> Job:
+    """STARTING or RUNNING → LOST: its node stopped answering."""
+    return job_transition(
+        job_id=job_id,
+        to_state=JobState.LOST,
+        actor=EventActor.SYSTEM,
+        message=message,
+        reason=message,
+    )
+
+
+def job_fail(*, job_id: int, message: str) -> Job:
+    """→ FAILED from any state that allows it (e.g. LOST with no retries left)."""
+    return job_transition(
+        job_id=job_id,
+        to_state=JobState.FAILED,
+        actor=EventActor.SYSTEM,
+        message=message,
+        reason=message,
+    )

@@ -1,0 +1,110 @@
+"""Syntax rules for a submission, as pure functions returning error messages.
+
+The service (`jobs.services.job_submit`) runs these first and the database-backed rules
+(known device types, cluster capacity, quotas) after; every failure names its field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Docker/OCI image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest]
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?)"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_RE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+)
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+# Set by the launcher to pin the job to its devices; a user value would escape isolation.
+RESERVED_ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+RESERVED_ENV_PREFIX = "GPULAB_"
+
+MAX_IMAGE_LENGTH = 255
+MAX_ARG_LENGTH = 8192
+MAX_ARGS = 1024
+MAX_ENV_VARS = 256
+MAX_ENV_VALUE_LENGTH = 8192
+MAX_WALLTIME_SECONDS = 30 * 24 * 3600
+MAX_RETRIES = 10
+
+
+def image_errors(image: Any) -> list[str]:
+    if not isinstance(image, str) or not image:
+        return ["Give a container image, e.g. 'pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime'."]
+    if len(image) > MAX_IMAGE_LENGTH:
+        return [f"At most {MAX_IMAGE_LENGTH} characters."]
+    if not IMAGE_RE.match(image):
+        return [
+            f"{image!r} is not an image reference: expected [registry/]name[:tag][@digest] "
+            "with a lower-case name, e.g. 'nvcr.io/nvidia/pytorch:24.05-py3'."
+        ]
+    return []
+
+
+def command_errors(command: Any) -> list[str]:
+    if not isinstance(command, list) or not command:
+        return [
+            "Give the command as a non-empty list of strings (argv), e.g. ['python', 'train.py']."
+        ]
+    if len(command) > MAX_ARGS:
+        return [f"At most {MAX_ARGS} arguments."]
+    errors = []
+    for position, argument in enumerate(command):
+        if not isinstance(argument, str):
+            errors.append(f"Argument {position} is not a string.")
+        elif "\x00" in argument:
+            errors.append(f"Argument {position} contains a NUL byte.")
+        elif len(argument) > MAX_ARG_LENGTH:
+            errors.append(f"Argument {position} is longer than {MAX_ARG_LENGTH} characters.")
+    if not errors and not command[0].strip():
+        errors.append("The program (argument 0) is empty.")
+    return errors
+
+
+def env_errors(env: Any) -> list[str]:
+    if not isinstance(env, dict):
+        return ["Give environment variables as an object of NAME: value strings."]
+    if len(env) > MAX_ENV_VARS:
+        return [f"At most {MAX_ENV_VARS} variables."]
+    errors = []
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+            errors.append(f"{name!r} is not a variable name: use [A-Z_][A-Z0-9_]*.")
+        elif name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIX):
+            errors.append(f"{name} is set by gpulab itself and cannot be overridden.")
+        elif not isinstance(value, str):
+            errors.append(f"The value of {name} is not a string.")
+        elif "\x00" in value:
+            errors.append(f"The value of {name} contains a NUL byte.")
+        elif len(value) > MAX_ENV_VALUE_LENGTH:
+            errors.append(f"The value of {name} is longer than {MAX_ENV_VALUE_LENGTH} characters.")
+    return errors
+
+
+def integer_errors(value: Any, *, minimum: int, maximum: int | None = None) -> list[str]:
+    # bool is an int in Python; `true` GPUs is a client bug, not 1 GPU.
+    if isinstance(value, bool) or not isinstance(value, int):
+        return ["Must be a whole number."]
+    if value < minimum:
+        return [f"Must be at least {minimum}."]
+    if maximum is not None and value > maximum:
+        return [f"Must be at most {maximum}."]
+    return []
+
+
+def accepted_types_errors(accepted_types: Any, known: set[str]) -> list[str]:
+    if not isinstance(accepted_types, list) or not all(isinstance(t, str) for t in accepted_types):
+        return ["Give a list of device type names, most preferred first (empty = any)."]
+    errors = []
+    if len(set(accepted_types)) != len(accepted_types):
+        errors.append("A device type is listed twice.")
+    unknown = [name for name in accepted_types if name not in known]
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none defined yet"
+        errors.append(f"Unknown device type(s): {', '.join(unknown)}. Known: {listed}.")
+    return errors

@@ -1,0 +1,238 @@
+"""The scheduler's frozen vocabulary: what a round sees and what it decides.
+
+Everything here is pure Python (no Django): the live loop builds a `Snapshot` from
+PostgreSQL rows, the trace simulator builds one from its own state, and both hand it
+to the same `decide(snapshot) -> Decisions` function. Time is always passed in
+(`Snapshot.now`, seconds); policies never read a clock.
+
+Units:
+- times and durations are seconds (floats);
+- service is GPU-seconds normalized to the reference device speed 1.0: one second
+  on a device of speed 2.0 counts as two (algorithms.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+
+
+class Consolidation(StrEnum):
+    """How a multi-GPU job may be spread over nodes."""
+
+    REQUIRED = "required"  # all GPUs on one node, or wait
+    PREFERRED = "preferred"  # one node if any fits, else as few nodes as possible
+    ANY = "any"  # placement does not matter to this job
+
+
+class JobPhase(StrEnum):
+    """The two states a policy reasons about.
+
+    The live system has more (STARTING, PREEMPTING, ...); the adapter maps STARTING to
+    RUNNING (it holds devices) and leaves PREEMPTING jobs out of the job list while still
+    marking their devices busy through `Snapshot.busy_device_ids`.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+
+
+class PlacementKind(StrEnum):
+    BEST_FIT = "best-fit"  # Tiresias-style consolidation + least fragmentation
+    ALLOX = "allox"  # AlloX min-cost matching over interchangeable device types
+    GPU_COUNT = "gpu-count"  # reference mode: any free GPUs, node boundaries ignored
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: int
+    node: str
+    device_type: str  # e.g. "a100", "v100", "rtx3090"
+    speed: float = 1.0  # relative speed set by admins; 1.0 is the reference
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    # False while draining, drained or down: running jobs keep their devices, nothing new starts.
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Hard limits; None means unlimited."""
+
+    max_gpus: int | None = None
+    max_running_jobs: int | None = None
+    max_pending_jobs: int | None = None  # enforced at submission; carried for completeness
+    max_gpus_by_type: tuple[tuple[str, int], ...] = ()  # (device_type, max GPUs of that type)
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """A user or a lab group, as far as fairness and quotas are concerned."""
+
+    name: str
+    weight: float = 1.0
+    usage: float = 0.0  # decayed normalized GPU-seconds (half-life is a setting of the accounting)
+    quota: Quota = Quota()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    user: str
+    group: str | None
+    num_gpus: int
+    submit_time: float
+    phase: JobPhase
+    accepted_types: tuple[str, ...] = ()  # in order of preference; empty = any type
+    consolidation: Consolidation = Consolidation.PREFERRED
+    devices: tuple[int, ...] = ()  # device ids held now (RUNNING only)
+
+    # Tiresias state. The queue key is service since the last promotion (the reference
+    # simulator's `executed_time × num_gpu`), so a promoted job starts again at queue 0.
+    attained_service: float = 0.0  # normalized GPU-seconds over the job's whole life
+    service_since_promotion: float = 0.0  # normalized GPU-seconds, the queue key
+    executed_since_promotion: float = 0.0  # wall seconds run since the last promotion
+    waiting_since_promotion: float = 0.0  # wall seconds pending since the last promotion
+    queue_level: int = 0
+    queue_entered_at: float = 0.0  # when the job entered its current queue (FIFO key)
+    started_at: float | None = None  # when the current run began (minimum runtime)
+
+    # Speed knowledge for heterogeneous placement (AlloX): throughput of this job on each
+    # device type relative to the reference speed 1.0. Missing types fall back to Device.speed.
+    model: str = ""
+    throughputs: tuple[tuple[str, float], ...] = ()
+    preemptible: bool = True
+
+    # Perfect knowledge, set by the simulator only (SRTF/SRSF reference policies).
+    # Total work in normalized GPU-seconds; remaining = total_work - attained_service.
+    total_work: float | None = None
+
+    @property
+    def is_running(self) -> bool:
+        return self.phase is JobPhase.RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """Every knob of a round. Defaults are algorithms.md's bracketed values."""
+
+    policy: str = "las"
+    placement: PlacementKind = PlacementKind.ALLOX
+    queue_thresholds: tuple[float, ...] = (3600.0,)  # GPU-seconds; K = len + 1 queues
+    promote_knob: float | None = 8.0  # None or 0 = starvation promotion off
+    fairness: float = 1.0  # 0 = arrival order only, 1 = fair share strictly first
+    min_runtime: float = 300.0  # seconds a job runs before it may be preempted
+    restore_cost: float = 30.0  # seconds of service lost per resume (simulator; estimates)
+    allox_alpha: float = 0.5
+    allox_window: int = 50
+    gittins_history: int = 1000  # finished jobs the size distribution is learned from
+    gittins_min_samples: int = 50  # below this, the shipped prior is used
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A frozen view of the cluster at `now`.
+
+    Tuples, not dicts, so the snapshot is immutable and hashable-free of aliasing;
+    the `*_by_*` indexes are computed once on first use.
+    """
+
+    now: float
+    jobs: tuple[Job, ...]
+    devices: tuple[Device, ...]
+    nodes: tuple[Node, ...] = ()
+    users: tuple[Account, ...] = ()
+    groups: tuple[Account, ...] = ()
+    settings: SchedulerSettings = field(default_factory=SchedulerSettings)
+    # Devices held by work the policy may not touch (e.g. jobs being preempted right now).
+    busy_device_ids: frozenset[int] = frozenset()
+    # Normalized GPU-seconds of recently finished jobs, newest last (Gittins distribution).
+    finished_job_sizes: tuple[float, ...] = ()
+
+    @cached_property
+    def job_by_id(self) -> dict[int, Job]:
+        return {job.id: job for job in self.jobs}
+
+    @cached_property
+    def device_by_id(self) -> dict[int, Device]:
+        return {device.id: device for device in self.devices}
+
+    @cached_property
+    def node_by_name(self) -> dict[str, Node]:
+        return {node.name: node for node in self.nodes}
+
+    @cached_property
+    def user_by_name(self) -> dict[str, Account]:
+        return {user.name: user for user in self.users}
+
+    @cached_property
+    def group_by_name(self) -> dict[str, Account]:
+        return {group.name: group for group in self.groups}
+
+
+class ReasonCode(StrEnum):
+    """Why a job is held; the codes users and the UI filter on (product.md §4)."""
+
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    WAITING_FOR_RESOURCES = "WaitingForResources"
+    TYPE_UNAVAILABLE = "TypeUnavailable"
+    BEHIND = "Behind"  # higher-priority jobs are ahead of it
+    NODE_DRAINED = "NodeDrained"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: ReasonCode
+    detail: str  # e.g. "group max GPUs 16", "needs 8 × a100 on one node"
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: int
+    device_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: int
+    reason: str  # a sentence a person can read
+    by_job_id: int | None = None  # the job that needed the devices, when there is one
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    job_id: int
+    reason: Reason
+    position: int  # 1-based place among pending jobs in the scheduler's order
+
+
+@dataclass(frozen=True, slots=True)
+class QueueChange:
+    """A job moved between Tiresias queues this round.
+
+    The apply step stores `level`, sets `queue_entered_at = snapshot.now`, and when
+    `promoted` resets the since-promotion counters to zero.
+    """
+
+    job_id: int
+    level: int
+    promoted: bool = False
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """A round's output. Running jobs not named in `preemptions` keep their devices."""
+
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    queue_changes: tuple[QueueChange, ...] = ()
+    # Every active job id in the policy's priority order (the queue page shows this).
+    order: tuple[int, ...] = ()

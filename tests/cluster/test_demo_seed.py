@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from accounts.choices import Role
+from accounts.models import User
+from cluster.models import Device, Node
+from cluster.selectors import max_gpus_grantable
+
+
+@pytest.mark.django_db
+def test_the_demo_seed_builds_the_mixed_lab_and_can_run_twice(capsys):
+    call_command("demo_seed")
+    call_command("demo_seed")
+    assert Node.objects.count() == 5
+    assert Device.objects.count() == 28
+    assert max_gpus_grantable(accepted_types=["v100"], single_node=False) == 8
+    assert max_gpus_grantable(accepted_types=[], single_node=True) == 8
+    assert User.objects.get(username="admin").role == Role.ADMIN
+    assert User.objects.filter(role=Role.STUDENT).count() == 3
+    assert User.objects.get(username="alice").check_password("gpulab-demo")
+    assert "password for all: gpulab-demo" in capsys.readouterr().out
