@@ -27,7 +27,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 demo: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py migrate --noinput
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_seed
-	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py runserver $(HOST):$(PORT)
+	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_serve $(HOST):$(PORT)
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -21,6 +21,10 @@ class QuotaFields(models.Model):
     max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="GPUs in use at once.")
     max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_pending_jobs = models.PositiveIntegerField(null=True, blank=True)
+    # Fair-share usage: normalized GPU-seconds, decayed with the configured half-life as
+    # of `usage_updated_at`. Written when a job gives its devices back (jobs.services).
+    usage = models.FloatField(default=0.0)
+    usage_updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True

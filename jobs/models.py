@@ -47,6 +47,11 @@ class Job(models.Model):
     service_since_promotion = models.FloatField(default=0.0)
     executed_since_promotion = models.FloatField(default=0.0, help_text="Seconds run.")
     waiting_since_promotion = models.FloatField(default=0.0, help_text="Seconds pending.")
+    # Accounting is folded in at each transition (jobs.services), so no periodic writes are
+    # needed and a crash loses nothing: the live part is `now - pending_since` while
+    # PENDING, and `now - started_at` on the held devices while holding them.
+    pending_since = models.DateTimeField(null=True, blank=True)
+    total_run_seconds = models.FloatField(default=0.0, help_text="Wall seconds holding devices.")
 
     submitted_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the current run.")

@@ -13,14 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.models import LabGroup, User
 from cluster import selectors as cluster_selectors
-from cluster.models import Device
 from config.errors import IllegalTransition, NotFound, ValidationFailed
+from scheduler.core.accounting import decay_usage
+from scheduler.triggers import round_request_on_commit
 
 from . import validation
 from .choices import (
@@ -142,6 +145,7 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
             state=JobState.PENDING,
             reason="Waiting for the next scheduling round.",
             queue_entered_at=now,
+            pending_since=now,
         )
         JobEvent.objects.create(
             job=job,
@@ -150,6 +154,7 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
             actor_user=owner,
             message=f"Submitted: {num_gpus} GPU(s), image {job.image}.",
         )
+        round_request_on_commit()
     return job
 
 
@@ -173,13 +178,15 @@ def _check_pending_quota(*, owner: User, group: LabGroup | None) -> None:
     """Refuse a submission past the owner's or the group's max_pending_jobs.
 
     The owner's row (and the group's) is locked first, so that concurrent submissions
-    are counted one after another instead of all seeing the same count.
+    are counted one after another instead of all seeing the same count. FOR NO KEY UPDATE,
+    not FOR UPDATE: foreign-key checks (inserting a job or event that names this user)
+    take KEY SHARE locks, which FOR UPDATE would block and deadlock against.
     """
     checks: list[tuple[str, int | None, dict[str, Any]]] = []
-    locked_owner = User.objects.select_for_update().get(pk=owner.pk)
+    locked_owner = User.objects.select_for_update(no_key=True).get(pk=owner.pk)
     checks.append((f"user {owner.username}", locked_owner.max_pending_jobs, {"owner": owner}))
     if group is not None:
-        locked_group = LabGroup.objects.select_for_update().get(pk=group.pk)
+        locked_group = LabGroup.objects.select_for_update(no_key=True).get(pk=group.pk)
         checks.append((f"group {group.name}", locked_group.max_pending_jobs, {"group": group}))
     for label, limit, scope in checks:
         if limit is None:
@@ -211,16 +218,21 @@ def job_transition(
 
     1. Read the current state; refuse a transition the table does not allow (or one
        outside `expected`, when the caller needs a specific source state).
-    2. UPDATE ... WHERE state = <the state just read>: if another worker changed the job
+    2. Fold the time that just ended into the job's accounting (see `_accounting_updates`).
+    3. UPDATE ... WHERE state = <the state just read>: if another worker changed the job
        in between, no row matches and this call raises instead of overwriting.
-    3. Leaving a device-holding state ends the job's live allocations.
-    4. Write the event. All in one transaction.
+    4. Leaving a device-holding state ends the job's live allocations and charges the
+       service to the owner's and the group's fair-share usage.
+    5. Write the event. All in one transaction.
     """
     with transaction.atomic():
-        current = Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
+        row = Job.objects.filter(pk=job_id).values(
+            "state", "pending_since", "owner_id", "group_id", "executed_since_promotion"
+        )
+        current = row.first()
         if current is None:
             raise NotFound(f"Job {job_id} does not exist.")
-        from_state = JobState(current)
+        from_state = JobState(current["state"])
         if to_state not in TRANSITIONS[from_state] or (
             expected is not None and from_state not in expected
         ):
@@ -230,8 +242,11 @@ def job_transition(
         now = timezone.now()
         if to_state in TERMINAL_STATES:
             updates.setdefault("finished_at", now)
+        service, accounting = _accounting_updates(
+            job_id=job_id, from_state=from_state, to_state=to_state, current=current, now=now
+        )
         changed = Job.objects.filter(pk=job_id, state=from_state).update(
-            state=to_state, updated_at=now, **updates
+            state=to_state, updated_at=now, **accounting, **updates
         )
         if changed != 1:
             raise IllegalTransition(
@@ -239,6 +254,10 @@ def job_transition(
             )
         if from_state in HOLDING_STATES and to_state not in HOLDING_STATES:
             Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).update(ended_at=now)
+            if service > 0:
+                _charge_usage(User, current["owner_id"], service, now)
+                if current["group_id"] is not None:
+                    _charge_usage(LabGroup, current["group_id"], service, now)
         JobEvent.objects.create(
             job_id=job_id,
             from_state=from_state,
@@ -250,13 +269,65 @@ def job_transition(
         return Job.objects.get(pk=job_id)
 
 
+def _accounting_updates(
+    *, job_id: int, from_state: JobState, to_state: JobState, current: dict[str, Any], now: Any
+) -> tuple[float, dict[str, Any]]:
+    """The Tiresias counters to add as the job leaves `from_state` for `to_state`.
+
+    Time is folded in at transitions rather than by a periodic job: while PENDING the
+    live part is `now - pending_since`, while holding devices it is `now - started_at` of
+    the live allocations. Both are committed with the transition, so a restart of every
+    process loses no service (scheduler/snapshot.py adds the live parts when it reads).
+    Service is normalized GPU-seconds: Σ over held devices of type speed × seconds held.
+    Returns (service folded in, field updates).
+    """
+    updates: dict[str, Any] = {}
+    service = 0.0
+    # Like the Tiresias reference (`last_pending_time`), waiting counts towards starvation
+    # promotion only after the job has run; see scheduler.core.accounting.advance_pending.
+    has_run = current["executed_since_promotion"] > 0
+    if from_state == JobState.PENDING and current["pending_since"] is not None and has_run:
+        waited = max((now - current["pending_since"]).total_seconds(), 0.0)
+        updates["waiting_since_promotion"] = F("waiting_since_promotion") + waited
+    if to_state == JobState.PENDING:
+        updates["pending_since"] = now
+    elif from_state == JobState.PENDING:
+        updates["pending_since"] = None
+    if from_state in HOLDING_STATES and to_state not in HOLDING_STATES:
+        held = Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).values_list(
+            "started_at", "device__device_type__speed"
+        )
+        seconds = 0.0
+        for started_at, speed in held:
+            seconds = max((now - started_at).total_seconds(), 0.0)  # one gang: one interval
+            service += speed * seconds
+        if held:
+            updates["attained_service"] = F("attained_service") + service
+            updates["service_since_promotion"] = F("service_since_promotion") + service
+            updates["executed_since_promotion"] = F("executed_since_promotion") + seconds
+            updates["total_run_seconds"] = F("total_run_seconds") + seconds
+    return service, updates
+
+
+def _charge_usage(model: type[User] | type[LabGroup], pk: int, service: float, now: Any) -> None:
+    """Add `service` to an account's decayed fair-share usage (algorithms.md §2)."""
+    account = (
+        model.objects.select_for_update(no_key=True).only("usage", "usage_updated_at").get(pk=pk)
+    )
+    elapsed = (now - account.usage_updated_at).total_seconds() if account.usage_updated_at else 0.0
+    half_life = settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
+    account.usage = decay_usage(account.usage, max(elapsed, 0.0), half_life) + service
+    account.usage_updated_at = now
+    account.save(update_fields=["usage", "usage_updated_at"])
+
+
 def job_cancel(*, job_id: int, by: User) -> Job:
     """Cancel a job the caller may see (their own; admins: any). Already-ended jobs stay."""
     job = job_get_for_user(user=by, job_id=job_id)
     if job.state in TERMINAL_STATES:
         raise IllegalTransition(f"Job {job.pk} already ended ({job.get_state_display()}).")
     who = "an admin" if by.pk != job.owner_id else "its owner"
-    return job_transition(
+    cancelled = job_transition(
         job_id=job.pk,
         to_state=JobState.CANCELLED,
         actor=EventActor.USER,
@@ -264,17 +335,19 @@ def job_cancel(*, job_id: int, by: User) -> Job:
         message=f"Cancelled by {who} ({by.username}).",
         reason=f"Cancelled by {by.username}.",
     )
+    round_request_on_commit()  # its devices (if any) are free for the next job
+    return cancelled
 
 
 def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> Job:
     """PENDING → STARTING: hold `device_ids` for a new attempt, or raise and hold nothing.
 
     The partial unique index on live allocations is the last guard: if any device is
-    already held, the INSERT fails and the whole transition rolls back.
+    already held, the INSERT fails and the whole transition rolls back. Kept to a few
+    statements, because a round that fills an empty cluster calls it hundreds of times.
     """
-    devices = list(Device.objects.filter(pk__in=device_ids))
-    if len(devices) != len(set(device_ids)):
-        raise IllegalTransition(f"Job {job_id}: some of devices {list(device_ids)} do not exist.")
+    if len(set(device_ids)) != len(device_ids):
+        raise IllegalTransition(f"Job {job_id}: a device is listed twice.")
     try:
         with transaction.atomic():
             now = timezone.now()
@@ -282,21 +355,26 @@ def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> J
                 job_id=job_id,
                 to_state=JobState.STARTING,
                 actor=EventActor.SCHEDULER,
-                message=message or f"Starting on {len(devices)} device(s).",
+                message=message or f"Starting on {len(device_ids)} device(s).",
                 attempt=F("attempt") + 1,
                 started_at=now,
+                first_started_at=Coalesce(F("first_started_at"), Value(now)),
                 reason="",
                 queue_position=None,
             )
-            if job.first_started_at is None:
-                Job.objects.filter(pk=job_id).update(first_started_at=now)
             Allocation.objects.bulk_create(
-                Allocation(job_id=job_id, attempt=job.attempt, device=device, started_at=now)
-                for device in devices
+                Allocation(job_id=job_id, attempt=job.attempt, device_id=device_id, started_at=now)
+                for device_id in device_ids
             )
     except IntegrityError as exc:
-        raise IllegalTransition(f"Job {job_id}: a device is already held by another job.") from exc
-    return Job.objects.get(pk=job_id)
+        if "allocation_one_live_per_device" in str(exc):
+            raise IllegalTransition(
+                f"Job {job_id}: a device is already held by another job."
+            ) from exc
+        raise IllegalTransition(
+            f"Job {job_id}: some of devices {list(device_ids)} do not exist."
+        ) from exc
+    return job
 
 
 def job_mark_running(*, job_id: int, message: str = "Container is running.") -> Job:
@@ -308,7 +386,7 @@ def job_mark_running(*, job_id: int, message: str = "Container is running.") -> 
 def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
     """RUNNING or PREEMPTING → SUCCEEDED (exit 0) or FAILED (anything else)."""
     succeeded = exit_code == 0
-    return job_transition(
+    finished = job_transition(
         job_id=job_id,
         to_state=JobState.SUCCEEDED if succeeded else JobState.FAILED,
         actor=EventActor.AGENT,
@@ -317,6 +395,8 @@ def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
         exit_code=exit_code,
         reason="" if succeeded else f"Exited with code {exit_code}.",
     )
+    round_request_on_commit()
+    return finished
 
 
 def job_launch_failed(*, job_id: int, message: str) -> Job:
@@ -351,7 +431,7 @@ def job_requeue(*, job_id: int, message: str) -> Job:
     extra: dict[str, Any] = {}
     if current == JobState.PREEMPTING:
         extra["preemption_count"] = F("preemption_count") + 1
-    return job_transition(
+    requeued = job_transition(
         job_id=job_id,
         to_state=JobState.PENDING,
         actor=EventActor.SYSTEM,
@@ -362,6 +442,8 @@ def job_requeue(*, job_id: int, message: str) -> Job:
         started_at=None,
         **extra,
     )
+    round_request_on_commit()
+    return requeued
 
 
 def job_mark_lost(*, job_id: int, message: str) -> Job:

@@ -178,9 +178,26 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_TIMEZONE = TIME_ZONE
+# Reliability: one message at a time per worker process, redelivery after a crash well
+# after the longest task (120 s) could have finished, and results kept for an hour.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = False  # per task: only idempotent tasks opt in (scheduler.round)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-# gpulab's own settings.
+# gpulab's own settings. Scheduler knobs an admin tunes live are in the database
+# (scheduler.models.SchedulerConfig); these are deployment facts.
 GPULAB_DEMO = env_bool("GPULAB_DEMO", False)
+# Fair-share usage decays with this half-life (algorithms.md §2: 7 days).
+GPULAB_USAGE_HALF_LIFE_HOURS = env_int("GPULAB_USAGE_HALF_LIFE_HOURS", 168, minimum=1)
+# How scheduling rounds run: "celery" (worker + beat), "embedded" (a thread in the web
+# process, for the demo), or "off" (nothing is requested; tests drive rounds directly).
+GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="celery")
+if GPULAB_SCHEDULER_MODE not in {"celery", "embedded", "off"}:
+    raise ImproperlyConfigured(
+        f"GPULAB_SCHEDULER_MODE={GPULAB_SCHEDULER_MODE!r}: use celery, embedded or off"
+    )
 
 LOGGING = {
     "version": 1,

@@ -16,3 +16,8 @@ GPULAB_DEMO = env_bool("GPULAB_DEMO", True)
 # Serve static files straight from the app folders; no collectstatic needed here.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+
+# The demo runs scheduling rounds and simulated agents in a thread of the web process.
+GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="embedded")
+# SQLite: the web threads and the embedded loop write concurrently; wait for the lock.
+DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20

@@ -14,7 +14,7 @@ import sys
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, DATABASES, REDIS_URL, env_bool
+from .base import BASE_DIR, DATABASES, REDIS_URL, env, env_bool
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; never in production
@@ -56,15 +56,29 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "test.sqlite3"}
         }
 
-# One key prefix per test process, so parallel runs and stale keys never collide.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Two test runs at once on one server need different test databases.
+    test_database = env.str("GPULAB_TEST_DATABASE", default="")
+    if test_database:
+        DATABASES["default"]["TEST"] = {"NAME": test_database}
+    # A throwaway test database needs no durable commits; this makes each commit cheap.
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"
+
+# One key prefix and one Celery queue per test run, so parallel runs and stale keys never
+# collide; a Celery worker started by the tests is handed the same names.
+TEST_RUN_ID = env.str("GPULAB_TEST_RUN_ID", default=f"gpulab-test-{os.getpid()}")
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": f"gpulab-test-{os.getpid()}",
+        "KEY_PREFIX": TEST_RUN_ID,
     }
 }
 
 # Serve static files straight from the app folders; no collectstatic needed here.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+
+# Tests drive rounds directly; the Celery tests start a real worker on their own queue.
+GPULAB_SCHEDULER_MODE = "off"
+CELERY_TASK_DEFAULT_QUEUE = TEST_RUN_ID

@@ -5,6 +5,9 @@ Idempotent: running it again refreshes the same rows and resets the demo passwor
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
@@ -13,6 +16,9 @@ from accounts.models import LabGroup, User
 from accounts.services import user_create
 from cluster.choices import Runtime
 from cluster.services import DeviceSpec, device_type_upsert, node_register
+from jobs.models import Job
+from jobs.services import JobSpec, job_submit
+from scheduler.selectors import scheduler_config_get
 
 # (device type, relative speed vs V100, model name, memory MiB)
 DEVICE_TYPES = [
@@ -37,6 +43,16 @@ PEOPLE = [
     ("carol", Role.STUDENT, ["nlp"]),
 ]
 DEMO_PASSWORD = "gpulab-demo"
+# The public Tiresias 60-job trace (Apache-2.0), copied into the repo; durations in seconds.
+DEMO_TRACE = Path(__file__).resolve().parents[3] / "scheduler" / "data" / "tiresias_60_job.csv"
+DEMO_JOBS = 40
+# Small thresholds and grace so a newcomer sees demotion and preemption within minutes.
+DEMO_SCHEDULER = {
+    "queue_thresholds": [600.0, 6000.0],
+    "round_interval_seconds": 5.0,
+    "preemption_grace_seconds": 5,
+    "min_runtime_seconds": 60.0,
+}
 
 
 class Command(BaseCommand):
@@ -82,11 +98,44 @@ class Command(BaseCommand):
             else:
                 user.set_password(DEMO_PASSWORD)
                 user.save(update_fields=["password"])
+        config = scheduler_config_get()
+        for name, value in DEMO_SCHEDULER.items():
+            setattr(config, name, value)
+        config.full_clean()
+        config.save()
+        submitted = 0 if Job.objects.exists() else self._submit_trace_jobs()
         gpus = sum(count for _, _, count in NODES)
-        self.stdout.write(self.style.SUCCESS(f"Demo lab ready: {len(NODES)} nodes, {gpus} GPUs."))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo lab ready: {len(NODES)} nodes, {gpus} GPUs, {submitted} trace jobs queued."
+            )
+        )
         self.stdout.write(
             f"Log in at http://127.0.0.1:8000 with (password for all: {DEMO_PASSWORD}):"
         )
         for username, role, group_names in PEOPLE:
             groups_text = ", ".join(group_names) or "-"
             self.stdout.write(f"  {username:<6} {role.label:<8} groups: {groups_text}")
+
+    def _submit_trace_jobs(self) -> int:
+        """Queue the first DEMO_JOBS jobs of the Tiresias trace, shared among the students.
+
+        Each runs `sleep <trace duration>` on the simulated nodes, through the real
+        submission service, so the queue, preemptions and completions are the real ones.
+        """
+        students = [
+            User.objects.get(username=name) for name, role, _ in PEOPLE if role == Role.STUDENT
+        ]
+        with DEMO_TRACE.open() as trace:
+            rows = list(csv.DictReader(trace))[:DEMO_JOBS]
+        for number, row in enumerate(rows):
+            job_submit(
+                owner=students[number % len(students)],
+                spec=JobSpec(
+                    name=f"{row['model_name']}-{row['job_id']}",
+                    image="pytorch/pytorch:2.4.0",
+                    command=["sleep", row["duration"]],
+                    num_gpus=int(row["num_gpu"]),
+                ),
+            )
+        return len(rows)

@@ -1,0 +1,147 @@
+"""Gavel's heterogeneity experiment: heterogeneity-blind `las` vs `las` + AlloX.
+
+Setting (issue 3, Gavel OSDI'20 §7.2): 36 V100 + 36 P100 + 36 K80 single-GPU servers,
+isolated throughputs from Gavel's `simulation_throughputs.json` (scale factor 1), Gavel's
+workload generator (`scheduler/sim/gavel.py`: 26 job types uniform, 80% 10^U(1.5, 3) and 20%
+10^U(3, 4) minutes on a V100, Poisson arrivals, seed 0), JCT over jobs 4000-4999.
+
+Cells (each a full replay through `scheduler.sim.engine` with the live policy code):
+- `las-blind`: `las` with BEST_FIT placement (fastest admin-set type first, no per-model
+  knowledge): the heterogeneity-agnostic baseline.
+- `las+allox`: gpulab's default, `las` with AlloX placement as the pass calls it today.
+- `las+allox-window`: the same plus `allox_rematch` (scheduler/policies/allox.py), the
+  proposed pass change that lets AlloX choose among `allox_window` waiting jobs.
+
+Usage:
+    .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
+        [--tail-hours 400] [--window 4000,5000] [--seed 0] [--processes 2]
+
+Prints a table and writes bench/results/gavel.json. Numbers are measured, never asserted;
+the published anchors are printed next to them for reading (Gavel's simulator time-shares in
+360 s rounds, gpulab runs event-driven Tiresias, see bench/README-gavel.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import json
+import math
+import platform
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+
+from scheduler.core.types import Decisions, PlacementKind, Snapshot
+from scheduler.sim.gavel import WINDOW, GavelRun, experiment_settings, run_cell
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gavel.json"
+CELLS = ("las-blind", "las+allox", "las+allox-window")
+ANCHORS = {
+    # Gavel paper (seed 0), 5.6 jobs/hour, hours: (average JCT, worst JCT), as quoted in issue 3.
+    "Gavel LAS, heterogeneity-agnostic": (35.8, 96.0),
+    "Gavel LAS, heterogeneity-aware": (19.0, 29.0),
+    "AlloX (Gavel's reimplementation)": (20.9, 25.3),
+}
+
+
+def _rematch_decide(snapshot: Snapshot) -> Decisions:
+    from scheduler.policies import decide
+    from scheduler.policies.allox import allox_rematch
+
+    return allox_rematch(snapshot, decide(snapshot))
+
+
+def run_one(cell: str, rate: float, seed: int, window: tuple[int, int], tail: float) -> GavelRun:
+    placement = PlacementKind.BEST_FIT if cell == "las-blind" else PlacementKind.ALLOX
+    decide = _rematch_decide if cell == "las+allox-window" else None
+    return run_cell(
+        cell,
+        experiment_settings(placement),
+        jobs_per_hour=rate,
+        seed=seed,
+        window=window,
+        tail_hours=tail,
+        decide=decide,
+    )
+
+
+def _hours(value: float) -> str:
+    return "unfinished" if math.isinf(value) else f"{value:7.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="4.8,5.6", help="jobs per hour, comma separated")
+    parser.add_argument("--cells", default=",".join(CELLS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--window", default=f"{WINDOW[0]},{WINDOW[1]}")
+    parser.add_argument("--tail-hours", type=float, default=400.0)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--output", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    rates = [float(r) for r in args.rates.split(",")]
+    cells = [c for c in args.cells.split(",") if c]
+    unknown = set(cells) - set(CELLS)
+    if unknown:
+        parser.error(f"unknown cell(s) {sorted(unknown)}; known: {', '.join(CELLS)}")
+    w0, w1 = (int(x) for x in args.window.split(","))
+
+    started = time.perf_counter()
+    jobs = [(cell, rate) for rate in rates for cell in cells]
+    with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
+        futures = [
+            pool.submit(run_one, cell, rate, args.seed, (w0, w1), args.tail_hours)
+            for cell, rate in jobs
+        ]
+        runs = [future.result() for future in futures]
+    total = time.perf_counter() - started
+
+    print(f"Gavel heterogeneity experiment: jobs {w0}-{w1 - 1}, seed {args.seed}, hours")
+    print(f"{'policy':24} {'jobs/h':>6} {'avg JCT':>10} {'worst JCT':>10} {'wall s':>7}")
+    for run in runs:
+        print(
+            f"{run.label:24} {run.jobs_per_hour:6.1f} {_hours(run.avg_jct_hours):>10} "
+            f"{_hours(run.worst_jct_hours):>10} {run.wall_seconds:7.0f}"
+        )
+    print("published anchors at 5.6 jobs/h (avg / worst):")
+    for name, (avg, worst) in ANCHORS.items():
+        print(f"  {name:36} {avg:5.1f} / {worst:5.1f}")
+    print(f"total wall time {total:.0f} s on {args.processes} process(es)")
+
+    def clean(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    payload = {
+        "benchmark": "gavel",
+        "setting": {
+            "cluster": "36 v100 + 36 p100 + 36 k80, 1 GPU per server",
+            "throughputs": "scheduler/data/gavel_simulation_throughputs.json (isolated, sf 1)",
+            "window": [w0, w1],
+            "seed": args.seed,
+            "tail_hours": args.tail_hours,
+        },
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "total_wall_seconds": total,
+        "runs": [clean(asdict(run)) for run in runs],
+        "anchors_5_6": {name: {"avg": a, "worst": w} for name, (a, w) in ANCHORS.items()},
+        "note": "unfinished (null) = a window job had not finished at the horizon",
+    }
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Pure scheduler core: types, invariants and accounting (no Django)."""

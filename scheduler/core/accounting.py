@@ -1,0 +1,121 @@
+"""Advancing a job's Tiresias state and an account's usage over time.
+
+Pure functions shared by the trace simulator and the live loop, so both count service the
+same way. They return new frozen objects (`dataclasses.replace`), never mutate.
+
+Units (algorithms.md §1):
+- `dt`, times and the since-promotion clocks are wall seconds;
+- service (`attained_service`, `service_since_promotion`) is normalized GPU-seconds: one
+  second on a device of speed 2.0 counts 2.0, so a job on 4 reference GPUs gains 4 per second;
+- usage is decayed normalized GPU-seconds (fair share, algorithms.md §2).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from scheduler.core.types import Device, Job, JobPhase, QueueChange
+
+
+def speed_sum(job: Job, device_by_id: Mapping[int, Device]) -> float:
+    """Σ relative speeds of the devices `job` holds: its normalized GPU-seconds per second.
+
+    A device missing from `device_by_id` (removed while the job ran) counts at the
+    reference speed 1.0 rather than 0, so a job never silently stops accruing service.
+    """
+    return sum(
+        device_by_id[device_id].speed if device_id in device_by_id else 1.0
+        for device_id in job.devices
+    )
+
+
+def advance_running(job: Job, dt: float, speed_sum: float) -> Job:
+    """`job` after running `dt` wall seconds on devices whose speeds sum to `speed_sum`.
+
+    attained_service and service_since_promotion grow by speed_sum x dt (normalized
+    GPU-seconds); executed_since_promotion grows by dt (wall seconds), the reference
+    simulator's `executed_time` that the starvation knob compares against.
+    """
+    if dt < 0:
+        raise ValueError(f"dt must be >= 0, got {dt}")
+    # Normalized by device speed (algorithms.md section 1): a job on fast devices climbs the
+    # queues faster, as its real progress does.
+    service = speed_sum * dt
+    return replace(
+        job,
+        attained_service=job.attained_service + service,
+        service_since_promotion=job.service_since_promotion + service,
+        executed_since_promotion=job.executed_since_promotion + dt,
+    )
+
+
+def advance_pending(job: Job, dt: float) -> Job:
+    """`job` after waiting `dt` wall seconds.
+
+    waiting_since_promotion (the starvation knob's δ) grows by dt only once the job has run
+    since its last promotion (executed_since_promotion > 0). This is the reference
+    simulator's `last_pending_time` (SymbioticLab/Tiresias `run_sim.py`: "if not started
+    yet, job is always in Q0 and no need to push_back"): the wait before a job's first run
+    must not count, or a job that queued for hours before it first ran would be promoted
+    straight back to queue 0 the first time it is demoted and preempted.
+    """
+    if dt < 0:
+        raise ValueError(f"dt must be >= 0, got {dt}")
+    if job.executed_since_promotion <= 0:
+        return job
+    return replace(job, waiting_since_promotion=job.waiting_since_promotion + dt)
+
+
+def decay_usage(usage: float, dt: float, half_life: float) -> float:
+    """Exponentially decayed usage after `dt` seconds: usage x 2^(-dt / half_life).
+
+    Slurm's PriorityDecayHalfLife; algorithms.md §2 defaults the half-life to 7 days.
+    A half-life <= 0 or infinite means no decay.
+    """
+    if dt < 0:
+        raise ValueError(f"dt must be >= 0, got {dt}")
+    # 0 and inf are the admin's two ways of saying "never forget": keep usage as is.
+    if half_life <= 0 or math.isinf(half_life):
+        return usage
+    return usage * 0.5 ** (dt / half_life)
+
+
+def queue_level_for(service_since_promotion: float, thresholds: Sequence[float]) -> int:
+    """Tiresias queue index for a queue key: queue i holds service in [Q_i, Q_{i+1}).
+
+    A job exactly at a threshold has crossed it (it moves to the next queue).
+    """
+    return bisect.bisect_right(thresholds, service_since_promotion)
+
+
+def apply_queue_change(job: Job, change: QueueChange, now: float) -> Job:
+    """What the apply step does with a `QueueChange` (see its docstring in core/types.py).
+
+    The job enters the tail of `change.level` at `now`; a promotion also resets the
+    since-promotion counters (δ and t in the paper, and the queue key) to zero.
+    """
+    if change.job_id != job.id:
+        raise ValueError(f"queue change for job {change.job_id} applied to job {job.id}")
+    if change.promoted:
+        return replace(
+            job,
+            queue_level=change.level,
+            queue_entered_at=now,
+            service_since_promotion=0.0,
+            executed_since_promotion=0.0,
+            waiting_since_promotion=0.0,
+        )
+    return replace(job, queue_level=change.level, queue_entered_at=now)
+
+
+def mark_started(job: Job, device_ids: tuple[int, ...], now: float) -> Job:
+    """`job` once it holds `device_ids`: RUNNING since `now` (the minimum-runtime clock)."""
+    return replace(job, phase=JobPhase.RUNNING, devices=device_ids, started_at=now)
+
+
+def mark_preempted(job: Job) -> Job:
+    """`job` back in the queue after a preemption: PENDING, no devices, no run clock."""
+    return replace(job, phase=JobPhase.PENDING, devices=(), started_at=None)

@@ -1,0 +1,63 @@
+"""The demo's scheduler loop: the same round service on a timer, in a thread of the web
+process, so `make demo` needs neither Redis nor a Celery worker.
+
+There is no second decision path here: each iteration calls `scheduling_round_run` and
+the simulated agents' tick, exactly what the Celery tasks call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import close_old_connections
+
+logger = logging.getLogger(__name__)
+
+_wake = threading.Event()
+_started = threading.Lock()
+_thread: threading.Thread | None = None
+# The simulated agents need to notice finished jobs promptly, even between rounds.
+TICK_SECONDS = 2.0
+
+
+def wake() -> None:
+    """Ask the loop for a round now (submit, cancel, finish)."""
+    _wake.set()
+
+
+def start() -> threading.Thread:
+    """Start the loop once per process; later calls return the running thread."""
+    global _thread
+    with _started:
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_run_forever, name="gpulab-scheduler", daemon=True)
+            _thread.start()
+    return _thread
+
+
+def _run_forever() -> None:
+    import time
+
+    from agents.simulated import simulated_tick
+
+    from .choices import RoundTrigger
+    from .selectors import scheduler_config_get
+    from .services import scheduling_round_run
+
+    next_round = 0.0
+    while True:
+        event = _wake.wait(timeout=TICK_SECONDS)
+        _wake.clear()
+        try:
+            config = scheduler_config_get()
+            changes = simulated_tick(grace_seconds=config.preemption_grace_seconds)
+            now = time.monotonic()
+            if event or changes or now >= next_round:
+                trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER
+                scheduling_round_run(trigger=trigger)
+                next_round = now + config.round_interval_seconds
+        except Exception:  # the loop must survive a bad round; the next one retries
+            logger.exception("Embedded scheduling loop iteration failed")
+        finally:
+            close_old_connections()

@@ -1,0 +1,120 @@
+"""The scheduler's stored settings (changed live by admins) and the record of each round."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from scheduler.core.types import PlacementKind
+
+from .choices import LIVE_POLICIES, RoundOutcome, RoundTrigger
+
+
+def _default_thresholds() -> list[float]:
+    return [3600.0]
+
+
+class SchedulerConfig(models.Model):
+    """One row (pk=1): every knob of a round. The next round reads the new values."""
+
+    policy = models.CharField(
+        max_length=32, default="las", choices=[(name, name) for name in LIVE_POLICIES]
+    )
+    placement = models.CharField(
+        max_length=16,
+        default=PlacementKind.ALLOX.value,
+        choices=[(kind.value, kind.value) for kind in PlacementKind],
+    )
+    queue_thresholds = models.JSONField(
+        default=_default_thresholds,
+        help_text="Ascending GPU-second thresholds between Tiresias queues, e.g. [3600].",
+    )
+    promote_knob = models.FloatField(
+        null=True, blank=True, default=8.0, help_text="Starvation promotion; empty = off."
+    )
+    # Validators name the field in the admin; the check constraints below guard the table.
+    fairness = models.FloatField(
+        default=1.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="0 = arrival order, 1 = share first.",
+    )
+    min_runtime_seconds = models.FloatField(default=300.0, validators=[MinValueValidator(0.0)])
+    restore_cost_seconds = models.FloatField(default=30.0, validators=[MinValueValidator(0.0)])
+    allox_alpha = models.FloatField(
+        default=0.5,
+        validators=[MinValueValidator(0.01), MaxValueValidator(1.0)],
+        help_text="Share of users (lowest usage first) whose jobs enter the AlloX matching.",
+    )
+    allox_window = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    round_interval_seconds = models.FloatField(default=10.0, validators=[MinValueValidator(1.0)])
+    preemption_grace_seconds = models.PositiveIntegerField(
+        default=30, help_text="SIGTERM, then this long to checkpoint, then kill."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "scheduler settings"
+        verbose_name_plural = "scheduler settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="schedulerconfig_singleton"),
+            models.CheckConstraint(
+                condition=Q(fairness__gte=0) & Q(fairness__lte=1),
+                name="schedulerconfig_fairness_0_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(allox_alpha__gt=0) & Q(allox_alpha__lte=1),
+                name="schedulerconfig_alpha_0_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_runtime_seconds__gte=0) & Q(restore_cost_seconds__gte=0),
+                name="schedulerconfig_durations_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=Q(round_interval_seconds__gte=1), name="schedulerconfig_interval_min"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy} + {self.placement}"
+
+    def clean(self) -> None:
+        thresholds = self.queue_thresholds
+        if not isinstance(thresholds, list) or not all(
+            isinstance(value, int | float) and not isinstance(value, bool) for value in thresholds
+        ):
+            raise ValidationError({"queue_thresholds": "A list of numbers, e.g. [3600, 36000]."})
+        if any(value <= 0 for value in thresholds) or thresholds != sorted(set(thresholds)):
+            raise ValidationError(
+                {"queue_thresholds": "Thresholds must be positive and strictly ascending."}
+            )
+        if self.promote_knob is not None and self.promote_knob < 0:
+            raise ValidationError({"promote_knob": "Must be 0 or more (empty or 0 = off)."})
+
+
+class SchedulingRound(models.Model):
+    """What one round saw and decided: for the dashboard and for debugging."""
+
+    started_at = models.DateTimeField(db_index=True)
+    duration_ms = models.FloatField(default=0.0)
+    trigger = models.CharField(max_length=16, choices=RoundTrigger.choices)
+    outcome = models.CharField(max_length=16, choices=RoundOutcome.choices)
+    policy = models.CharField(max_length=32, blank=True)
+    settings = models.JSONField(default=dict, blank=True)
+    pending_jobs = models.PositiveIntegerField(default=0)
+    running_jobs = models.PositiveIntegerField(default=0)
+    free_devices = models.PositiveIntegerField(default=0)
+    starts = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    holds = models.PositiveIntegerField(default=0)
+    queue_changes = models.PositiveIntegerField(default=0)
+    dropped = models.JSONField(default=list, blank=True, help_text="Decisions that no longer held.")
+    timings_ms = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"round {self.pk} at {self.started_at:%H:%M:%S}: {self.outcome}"

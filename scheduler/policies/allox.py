@@ -1,0 +1,582 @@
+"""AlloX placement: min-cost matching of chosen jobs to interchangeable device types.
+
+"Tiresias decides who, AlloX decides where" (algorithms.md §3). The policy pass hands this
+placer the pending jobs it wants to start, in priority order, and the devices free for them;
+the placer decides which device type (and which devices) each one gets, or that a job is
+better off waiting for a device of a faster type than taking a slow one now.
+
+AlloX (Le et al., EuroSys'20, `AlloXScheduler.java`; also Gavel's `policies/allox.py`)
+reduces scheduling on unrelated machines to an assignment problem: jobs on one side, slots
+(machine d, position k counted from the end of d's sequence) on the other, with
+
+    cost(j, (d, k)) = D_d + k × p_{j, type(d)}
+
+where p is j's processing time on d's type and D_d the delay until d frees. A job k-th from
+last delays itself and the k − 1 after it, so the Hungarian solution minimizes the total
+completion time of the window; on each machine the job at the largest k runs first, and
+only those first jobs are committed (AlloX re-solves at every event).
+
+What gpulab adds, and why:
+
+- **Unknown durations.** p_{j,t} = expected remaining service of j / (GPUs × speed of j on t).
+  The expected remaining service comes from the size distribution of recently finished jobs,
+  conditional on what j has already attained: E[S − a | S > a] (Tiresias' Gittins input,
+  algorithms.md §1). Under heavy-tailed sizes a job that has run long is expected to run long
+  still, so it weighs more in the matching and is pulled harder towards its fast type; a job
+  that is throughput-sensitive (large speed ratio between types) is pulled harder too, since
+  its cost difference between types is larger. Without enough history (fewer than
+  `gittins_min_samples` finished jobs) the estimate is max(attained, prior median), the
+  prior median being the history's median or the first queue threshold.
+- **Free devices only, D = 0.** The placer receives only free devices, so every slot has
+  D = 0; a job that would rather wait for a fast device than take a slow one lands at
+  position k ≥ 2 of a free fast device and is omitted (held) this round, exactly AlloX's
+  "commit only the first job of each sequence". Busy devices are not offered as slots: the
+  policy pass already decided who should run now, and waiting on a busy device's estimated
+  remaining time (a distribution mean, not a measurement) leaves free devices idle.
+- **Aggregated slots.** Identical devices are interchangeable, so slots are kept per device
+  type with multiplicity: type t with C_t free devices offers positions k = 1, 1, ..., 2, ...
+  (C_t copies each), n columns per type for n candidate jobs. The matrix is n × (types × n)
+  (50 × 150 on a three-type cluster) whatever the cluster size.
+- **Gangs.** A job needing g GPUs takes g devices of one type; it is matched to a type, then
+  packed onto pools (a device type on one node) with the same best-fit / consolidation rules
+  as the BEST_FIT placer (`placement.choose_pools`): one pool when consolidation requires or
+  prefers it, several pools of that type when allowed. All or nothing per job.
+- **Window and α.** Only the first `allox_window` candidates (priority order) enter the
+  matching; AlloX's own study found 50 as good as all jobs. The fairness knob α ranks users
+  with pending candidates by L = Σ over their running jobs of dominant share (GPUs held / all
+  GPUs) × (speed on the held type / speed on the job's fastest type), so a job parked on its
+  slow device counts for less; only jobs of the ⌈α × users⌉ lowest-L users are matched, and α
+  doubles while nothing can be placed, until it exceeds 1. Equal scores keep priority order.
+
+Deterministic: ties in cost fall to the earlier job in priority order, then the faster type
+(then type name); devices are taken lowest id first within the chosen pools.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from scheduler.core.types import (
+    Decisions,
+    Device,
+    Hold,
+    Job,
+    PlacementKind,
+    Reason,
+    ReasonCode,
+    Snapshot,
+    Start,
+)
+from scheduler.policies.placement import choose_pools
+
+# Relative cost perturbations that make ties deterministic without changing real choices:
+# an earlier job (priority order) wins a tie, then a faster type.
+_RANK_EPSILON = 1e-9
+_TYPE_EPSILON = 1e-11
+
+
+class RemainingService:
+    """Expected remaining service E[S − a | S > a] from finished job sizes.
+
+    Sizes are normalized GPU-seconds (the same unit as `Job.attained_service`). Sorted sizes
+    and suffix sums make each query O(log n).
+    """
+
+    def __init__(self, sizes: Sequence[float], *, min_samples: int, fallback: float) -> None:
+        self._sizes = sorted(float(s) for s in sizes)
+        self._enough = len(self._sizes) >= max(1, min_samples)
+        suffix = [0.0] * (len(self._sizes) + 1)
+        for index in range(len(self._sizes) - 1, -1, -1):
+            suffix[index] = suffix[index + 1] + self._sizes[index]
+        self._suffix = suffix
+        if self._sizes:
+            middle = len(self._sizes) // 2
+            fallback = (
+                self._sizes[middle]
+                if len(self._sizes) % 2
+                else 0.5 * (self._sizes[middle - 1] + self._sizes[middle])
+            )
+        self._prior_median = max(fallback, 1.0)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> RemainingService:
+        settings = snapshot.settings
+        history = snapshot.finished_job_sizes[-settings.gittins_history :]
+        threshold = settings.queue_thresholds[0] if settings.queue_thresholds else 3600.0
+        return cls(history, min_samples=settings.gittins_min_samples, fallback=threshold)
+
+    def expected(self, attained: float) -> float:
+        """Expected remaining normalized GPU-seconds of a job that has attained `attained`."""
+        attained = max(0.0, attained)
+        if not self._enough:
+            return max(attained, self._prior_median)
+        index = bisect.bisect_right(self._sizes, attained)
+        above = len(self._sizes) - index
+        if above == 0:
+            # Longer than every job seen: heavy-tailed sizes say it has about as much to go
+            # as it has done (the "Lindy" estimate), never less than the median.
+            return max(attained, self._prior_median)
+        return self._suffix[index] / above - attained
+
+
+@dataclass(frozen=True, slots=True)
+class _TypeClass:
+    """The free devices of one type, aggregated: AlloX's interchangeable machines."""
+
+    device_type: str
+    speed: float
+    capacity: int  # free devices
+    largest_pool: int  # most free devices of this type on one node
+    # Wall seconds until each busy device of this type frees (ascending); only filled when
+    # busy devices are offered as slots (`offer_busy`).
+    busy_delays: tuple[float, ...] = ()
+
+
+def job_speed(job: Job, device_type: str, device_speed: float) -> float:
+    """Speed of `job` on `device_type` relative to the reference: measured, else admin-set."""
+    for name, value in job.throughputs:
+        if name == device_type:
+            return value
+    return device_speed
+
+
+def _accepts(job: Job, device_type: str) -> bool:
+    return not job.accepted_types or device_type in job.accepted_types
+
+
+def _type_speeds(devices: Sequence[Device]) -> dict[str, float]:
+    speeds: dict[str, float] = {}
+    for device in devices:
+        speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
+    return speeds
+
+
+def user_scores(snapshot: Snapshot) -> dict[str, float]:
+    """AlloX's L per user: Σ dominant share of running jobs, normalized to the fastest type.
+
+    A job holding g of the cluster's G GPUs has dominant share g / G (GPUs are the only
+    resource gpulab schedules); it counts for share × (its speed where it runs / its speed on
+    its fastest accepted type), so a job parked on its slow device weighs less (AlloX §4).
+    """
+    total = len(snapshot.devices)
+    if total == 0:
+        return {}
+    speeds = _type_speeds(snapshot.devices)
+    device_by_id = snapshot.device_by_id
+    scores: dict[str, float] = {}
+    for job in snapshot.jobs:
+        if not job.is_running or not job.devices:
+            continue
+        held = device_by_id.get(job.devices[0])
+        share = len(job.devices) / total
+        if held is not None:
+            current = job_speed(job, held.device_type, held.speed)
+            best = max(
+                (job_speed(job, t, s) for t, s in speeds.items() if _accepts(job, t)),
+                default=current,
+            )
+            if best > 0:
+                share *= current / best
+        scores[job.user] = scores.get(job.user, 0.0) + share
+    return scores
+
+
+def _admitted_users(
+    jobs: Sequence[Job], scores: dict[str, float], alpha: float
+) -> list[frozenset[str]]:
+    """The user sets α, 2α, 4α, ... admit, last = everyone.
+
+    Lowest L first; ties go to the user whose best job comes first in priority order (then
+    name), so with equal scores α keeps the policy's order instead of an alphabetical one.
+    """
+    first: dict[str, int] = {}
+    for index, job in enumerate(jobs):
+        first.setdefault(job.user, index)
+    users = sorted(first, key=lambda u: (scores.get(u, 0.0), first[u], u))
+    if not users:
+        return []
+    sets: list[frozenset[str]] = []
+    current = alpha if alpha > 0 else 1.0
+    while True:
+        count = min(len(users), max(1, math.ceil(min(current, 1.0) * len(users))))
+        admitted = frozenset(users[:count])
+        if not sets or admitted != sets[-1]:
+            sets.append(admitted)
+        if current >= 1.0:
+            return sets
+        current *= 2.0
+
+
+def allox_place(
+    jobs: Sequence[Job], free: Sequence[Device], snapshot: Snapshot
+) -> dict[int, tuple[int, ...]]:
+    """Place `jobs` (priority order) on `free` devices by AlloX matching.
+
+    Steps:
+    1. Aggregate free devices into type classes (capacity, largest pool) and pools; with
+       `OFFER_BUSY_DEVICES`, busy devices become delayed slots of their type.
+    2. Rank users by L (`user_scores`); admit the ⌈α × users⌉ lowest.
+    3. Candidates: admitted users' jobs that fit some free type, first `allox_window` of them.
+    4. Match candidates to (type, position) slots with the Hungarian method
+       (`_match_types`); commit the first job of each device's sequence (`_commit`).
+    5. If nothing was placed and α < 1, double α and repeat from step 3.
+    """
+    return place(jobs, free, snapshot, variant=VARIANT)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """Design choices measured on Gavel's experiment (bench/README-gavel.md).
+
+    - `offer_busy`: offer busy devices as slots with D = their running job's expected
+      remaining time (AlloX's online D term) instead of free devices only.
+    - `normalize_to_best`: cost in time relative to the job's fastest type,
+      p × speed_best / 1 (how much of its best speed a job loses there) instead of raw
+      processing time; only changes jobs whose fastest type is not the reference.
+    """
+
+    offer_busy: bool = False
+    normalize_to_best: bool = False
+
+
+VARIANT = Variant()
+
+
+def place(
+    jobs: Sequence[Job],
+    free: Sequence[Device],
+    snapshot: Snapshot,
+    *,
+    variant: Variant = Variant(),
+    offer_busy: bool | None = None,
+) -> dict[int, tuple[int, ...]]:
+    """`allox_place` with its design variant explicit (see `allox_place` for the steps)."""
+    if offer_busy is not None:
+        variant = replace(variant, offer_busy=offer_busy)
+    if not jobs or not free:
+        return {}
+    settings = snapshot.settings
+    estimator = RemainingService.from_snapshot(snapshot)
+    classes, pools = _aggregate(free, snapshot, estimator if variant.offer_busy else None)
+    best = _best_speeds(jobs, snapshot) if variant.normalize_to_best else None
+    window = settings.allox_window if settings.allox_window > 0 else len(jobs)
+    fitting = [job for job in jobs if _fits_somewhere(job, classes)]
+    if not fitting:
+        return {}
+    scores = user_scores(snapshot)
+    for admitted in _admitted_users(fitting, scores, settings.allox_alpha):
+        candidates = [job for job in fitting if job.user in admitted][:window]
+        assignment = _match_types(candidates, classes, estimator, best)
+        placements = _commit(candidates, assignment, classes, pools)
+        if placements:
+            return placements
+    return {}
+
+
+def _aggregate(
+    free: Sequence[Device],
+    snapshot: Snapshot,
+    estimator: RemainingService | None,
+) -> tuple[list[_TypeClass], dict[str, dict[str, list[int]]]]:
+    """Free devices -> type classes (fastest first, then name) and type -> node -> ids.
+
+    With an `estimator`, every device held by a running job (and not free) adds a delayed
+    slot to its type: D = the job's expected remaining service / (its GPUs × its speed on
+    that type), AlloX's "delay until d frees".
+    """
+    pools: dict[str, dict[str, list[int]]] = {}
+    speeds: dict[str, float] = {}
+    for device in sorted(free, key=lambda d: d.id):
+        pools.setdefault(device.device_type, {}).setdefault(device.node, []).append(device.id)
+        speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
+    delays: dict[str, list[float]] = {}
+    if estimator is not None:
+        free_ids = {device.id for device in free}
+        device_by_id = snapshot.device_by_id
+        for job in snapshot.jobs:
+            if not job.is_running or not job.devices:
+                continue
+            held = [device_by_id[d] for d in job.devices if d in device_by_id and d not in free_ids]
+            if not held:
+                continue
+            rate = len(job.devices) * job_speed(job, held[0].device_type, held[0].speed)
+            delay = estimator.expected(job.attained_service) / max(rate, 1e-9)
+            for device in held:
+                delays.setdefault(device.device_type, []).append(delay)
+                speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
+    classes = [
+        _TypeClass(
+            device_type=t,
+            speed=speeds[t],
+            capacity=sum(len(ids) for ids in pools.get(t, {}).values()),
+            largest_pool=max((len(ids) for ids in pools.get(t, {}).values()), default=0),
+            busy_delays=tuple(sorted(delays.get(t, ()))),
+        )
+        for t in speeds
+    ]
+    classes.sort(key=lambda c: (-c.speed, c.device_type))
+    return classes, pools
+
+
+def _best_speeds(jobs: Sequence[Job], snapshot: Snapshot) -> dict[int, float]:
+    """Each job's speed on its fastest accepted type present in the cluster."""
+    speeds = _type_speeds(snapshot.devices)
+    return {
+        job.id: max(
+            (job_speed(job, t, s) for t, s in speeds.items() if _accepts(job, t)), default=1.0
+        )
+        or 1.0
+        for job in jobs
+    }
+
+
+def _fits(job: Job, cls: _TypeClass) -> bool:
+    """Can `job` start on the free devices of `cls` now?"""
+    if cls.capacity < job.num_gpus or not _runs_on(job, cls):
+        return False
+    if job.consolidation == "required":
+        return cls.largest_pool >= job.num_gpus
+    return True
+
+
+def _runs_on(job: Job, cls: _TypeClass) -> bool:
+    return _accepts(job, cls.device_type) and job_speed(job, cls.device_type, cls.speed) > 0
+
+
+def _fits_somewhere(job: Job, classes: Sequence[_TypeClass]) -> bool:
+    return any(_fits(job, cls) for cls in classes)
+
+
+def processing_times(
+    jobs: Sequence[Job], classes: Sequence[_TypeClass], estimator: RemainingService
+) -> np.ndarray:
+    """p[j, c]: expected remaining wall seconds of job j on class c (inf where it cannot run)."""
+    p = np.full((len(jobs), len(classes)), np.inf)
+    for row, job in enumerate(jobs):
+        remaining = estimator.expected(job.attained_service)
+        for col, cls in enumerate(classes):
+            if _runs_on(job, cls):
+                speed = job_speed(job, cls.device_type, cls.speed)
+                p[row, col] = remaining / (max(job.num_gpus, 1) * speed)
+    return p
+
+
+# One matched slot: (class index, position k, p of the job there, waits for a busy device).
+_Slot = tuple[int, int, float, bool]
+
+
+def _match_types(
+    jobs: Sequence[Job],
+    classes: Sequence[_TypeClass],
+    estimator: RemainingService,
+    best: dict[int, float] | None = None,
+) -> list[_Slot]:
+    """Hungarian assignment of jobs to (type, position) slots.
+
+    Columns, per class c with C free devices and n candidate jobs:
+    - free slots: n columns at positions ⌊i / C⌋ + 1 (C copies of k = 1, then of k = 2, ...),
+      all an n-job matching can use; cost k × p (D = 0);
+    - busy slots (if offered): the n soonest-freeing busy devices, position 1 behind their
+      running job, cost D + p; single-GPU jobs only (a gang waiting for several busy devices
+      is not one AlloX slot).
+    Every class a job fits offers n free columns, so the problem is always feasible.
+    """
+    n = len(jobs)
+    if n == 0:
+        return []
+    p = processing_times(jobs, classes, estimator)
+    if best is not None:
+        p = p * np.array([best.get(job.id, 1.0) for job in jobs])[:, None]
+    rank = 1.0 + _RANK_EPSILON * np.arange(n)[:, None]
+    fits = np.array([[_fits(job, cls) for cls in classes] for job in jobs], dtype=bool)
+    single = np.array([job.num_gpus == 1 for job in jobs], dtype=bool)
+    blocks: list[np.ndarray] = []
+    meta: list[tuple[int, int, bool]] = []
+    for index, cls in enumerate(classes):
+        tie = 1.0 + _TYPE_EPSILON * index
+        column_p = np.where(fits[:, index], p[:, index], np.inf)[:, None]
+        if cls.capacity > 0:
+            level = np.arange(n) // cls.capacity + 1.0
+            blocks.append(column_p * level[None, :] * rank * tie)
+            meta.extend((index, int(k), False) for k in level)
+        delays = np.asarray(cls.busy_delays[:n])
+        if delays.size:
+            wait_p = np.where(single & np.isfinite(p[:, index]), p[:, index], np.inf)[:, None]
+            blocks.append((delays[None, :] + wait_p) * rank * tie)
+            meta.extend((index, 1, True) for _ in range(delays.size))
+    cost = np.hstack(blocks)
+    rows, cols = linear_sum_assignment(cost)
+    result: list[_Slot] = [(-1, 0, math.inf, False)] * n
+    for row, col in zip(rows.tolist(), cols.tolist(), strict=True):
+        cls_index, level, waits = meta[col]
+        if math.isfinite(cost[row, col]):
+            result[row] = (cls_index, level, float(p[row, cls_index]), waits)
+    return result
+
+
+def _commit(
+    jobs: Sequence[Job],
+    assignment: Sequence[_Slot],
+    classes: Sequence[_TypeClass],
+    pools: dict[str, dict[str, list[int]]],
+) -> dict[int, tuple[int, ...]]:
+    """Start the first job of each free device's sequence, packing gangs onto pools.
+
+    Per class, the jobs matched to its free slots run in AlloX order: largest position k
+    first (earliest in its device's sequence), then shortest p (Smith's rule), then priority.
+    Jobs are packed in that order while devices remain; a job that does not fit waits, and so
+    does a job matched behind a busy device.
+    """
+    by_class: dict[int, list[tuple[int, float, int, Job]]] = {}
+    for rank, (job, slot) in enumerate(zip(jobs, assignment, strict=True)):
+        cls_index, level, p, waits = slot
+        if cls_index < 0 or waits or not math.isfinite(p):
+            continue
+        by_class.setdefault(cls_index, []).append((-level, p, rank, job))
+    placements: dict[int, tuple[int, ...]] = {}
+    for cls_index in sorted(by_class):
+        device_type = classes[cls_index].device_type
+        nodes = pools[device_type]
+        counts = {device_type: {node: len(ids) for node, ids in nodes.items() if ids}}
+        left = classes[cls_index].capacity
+        for _, _, _, job in sorted(by_class[cls_index], key=lambda item: item[:3]):
+            if left <= 0:
+                break
+            if job.num_gpus > left:
+                continue
+            choice = choose_pools(job.num_gpus, (device_type,), job.consolidation, counts)
+            if choice is None:
+                continue
+            taken: list[int] = []
+            for node, count in choice[1]:
+                ids = nodes[node]
+                taken.extend(ids[:count])
+                del ids[:count]
+                counts[device_type][node] -= count
+                if counts[device_type][node] == 0:
+                    del counts[device_type][node]
+            left -= job.num_gpus
+            placements[job.id] = tuple(sorted(taken))
+    return placements
+
+
+# --------------------------------------------------------------------------- proposal
+# The policy pass hands the placer only the jobs that fit the free devices in priority
+# order (one job for one free K80), so AlloX can only permute types among them. AlloX's
+# gain comes from choosing, among a window of waiting jobs, the one that loses least on the
+# device that freed. `allox_rematch` is that step written against the pass's output, so it
+# can be measured now and folded into the pass (run_pass step 3) later.
+
+_CAPACITY_CODES = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
+
+
+def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
+    """Re-place a pass's starts over a window of jobs held only for lack of capacity.
+
+    Steps:
+    1. Free devices = schedulable, not busy, not held by a job that keeps running.
+    2. Candidates = the pass's starts plus held jobs whose reason is Behind or
+       WaitingForResources, in the pass's order, up to `allox_window` of them (every start
+       is kept as a candidate). Quota-blocked types are removed per job as the pass does.
+    3. `allox_place` picks who of them goes where; placements are re-checked against quotas
+       in priority order.
+    4. A preemption whose victim's devices no start uses is dropped (the victim keeps
+       running); a start the pass chose that AlloX leaves waiting becomes a hold.
+    """
+    if snapshot.settings.placement is not PlacementKind.ALLOX:
+        return decisions
+    held_ids = {h.job_id for h in decisions.holds if h.reason.code in _CAPACITY_CODES}
+    if not held_ids:
+        return decisions
+    jobs = snapshot.job_by_id
+    started = {start.job_id for start in decisions.starts}
+    preempted = {p.job_id for p in decisions.preemptions}
+    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
+    held_devices = {
+        d
+        for job in snapshot.jobs
+        if job.is_running and job.id not in preempted
+        for d in job.devices
+    }
+    free = [
+        d
+        for d in snapshot.devices
+        if node_ok.get(d.node, True)
+        and d.id not in snapshot.busy_device_ids
+        and d.id not in held_devices
+    ]
+    if not free:
+        return decisions
+
+    from scheduler.policies.fairness import QuotaLedger  # policy-layer helper, late import
+
+    running = [job for job in snapshot.jobs if job.is_running and job.id not in preempted]
+    ledger = QuotaLedger(snapshot, running)
+    all_types = tuple(sorted({d.device_type for d in snapshot.devices}))
+    window = snapshot.settings.allox_window if snapshot.settings.allox_window > 0 else 1 << 30
+    extra_room = max(window - len(started), 0)
+    candidates: list[Job] = []
+    for job_id in decisions.order:
+        if job_id not in started:
+            if job_id not in held_ids or extra_room == 0:
+                continue
+            extra_room -= 1
+        job = jobs[job_id]
+        if ledger.has_limits and ledger.is_limited(job):
+            allowed, block = ledger.allowed_types(job, job.accepted_types or all_types)
+            if block is not None:
+                continue
+            if allowed != job.accepted_types:
+                job = replace(job, accepted_types=allowed)
+        candidates.append(job)
+
+    placed = allox_place(candidates, free, snapshot)
+    device_by_id = snapshot.device_by_id
+    starts: list[Start] = []
+    for job in candidates:
+        device_ids = placed.get(job.id)
+        if device_ids is None:
+            continue
+        type_counts: dict[str, int] = {}
+        for device_id in device_ids:
+            t = device_by_id[device_id].device_type
+            type_counts[t] = type_counts.get(t, 0) + 1
+        if ledger.has_limits and ledger.is_limited(job):
+            allowed, block = ledger.allowed_types(job, tuple(type_counts))
+            if block is not None or len(allowed) != len(type_counts):
+                continue
+        ledger.charge(job, type_counts)
+        starts.append(Start(job.id, device_ids))
+
+    used = {d for start in starts for d in start.device_ids}
+    preemptions = tuple(
+        p for p in decisions.preemptions if any(d in used for d in jobs[p.job_id].devices)
+    )
+    now_started = {start.job_id for start in starts}
+    reasons = {h.job_id: h.reason for h in decisions.holds if h.job_id not in now_started}
+    for job_id in started - now_started:
+        reasons[job_id] = Reason(
+            ReasonCode.WAITING_FOR_RESOURCES, "AlloX: another job loses less on the free devices"
+        )
+    holds: list[Hold] = []
+    for job_id in decisions.order:
+        reason = reasons.get(job_id)
+        if reason is not None:
+            holds.append(Hold(job_id, reason, len(holds) + 1))
+    return replace(decisions, starts=tuple(starts), preemptions=preemptions, holds=tuple(holds))
+
+
+def register() -> None:
+    """Add `allox_place` to the placer registry (idempotent)."""
+    from scheduler.policies import placement
+
+    placement.PLACERS[PlacementKind.ALLOX] = allox_place
+
+
+register()

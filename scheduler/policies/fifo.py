@@ -1,0 +1,31 @@
+"""FIFO baselines (algorithms.md §5): strict YARN-CS and FIFO with skip-ahead.
+
+Both order every active job by submit time (ties by id) and never preempt.
+- `fifo` is the Tiresias paper's YARN-CS baseline: the first job that does not fit blocks
+  every job behind it (head-of-line blocking), even if smaller jobs would fit.
+- `fifo-backfill` skips a job that does not fit and lets later ones start.
+
+A job held for a quota or for a device type the cluster does not have does not block the
+line in strict FIFO: it is not eligible to run at all (as YARN skips users over their
+limit), and blocking on it would stall the cluster until an admin intervened.
+"""
+
+from __future__ import annotations
+
+from scheduler.core.types import Decisions, Job, Snapshot
+from scheduler.policies.base import run_pass
+
+
+def fifo_order(snapshot: Snapshot) -> list[Job]:
+    # Submit time, not queue entry: FIFO baselines ignore Tiresias queues entirely.
+    return sorted(snapshot.jobs, key=lambda job: (job.submit_time, job.id))
+
+
+def decide_fifo(snapshot: Snapshot) -> Decisions:
+    """Strict FIFO: in submit order, stop at the first job that does not fit."""
+    return run_pass(snapshot, fifo_order(snapshot), head_of_line_blocking=True)
+
+
+def decide_fifo_backfill(snapshot: Snapshot) -> Decisions:
+    """FIFO with skip-ahead: in submit order, start every job that fits."""
+    return run_pass(snapshot, fifo_order(snapshot))

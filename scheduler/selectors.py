@@ -1,0 +1,49 @@
+"""Reads of the scheduler's stored settings and round history."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from scheduler.core.types import PlacementKind, SchedulerSettings
+
+from .choices import RoundOutcome
+from .models import SchedulerConfig, SchedulingRound
+
+
+def scheduler_config_get() -> SchedulerConfig:
+    """The settings row, created with the defaults on first use."""
+    config, _ = SchedulerConfig.objects.get_or_create(pk=1)
+    return config
+
+
+def scheduler_settings_from(config: SchedulerConfig) -> SchedulerSettings:
+    """The frozen settings a policy sees, from the stored row."""
+    knob = config.promote_knob
+    return SchedulerSettings(
+        policy=config.policy,
+        placement=PlacementKind(config.placement),
+        queue_thresholds=tuple(float(value) for value in config.queue_thresholds),
+        promote_knob=knob if knob else None,
+        fairness=config.fairness,
+        min_runtime=config.min_runtime_seconds,
+        restore_cost=config.restore_cost_seconds,
+        allox_alpha=config.allox_alpha,
+        allox_window=config.allox_window,
+    )
+
+
+def round_is_due() -> bool:
+    """True once the configured interval has passed since the last applied round."""
+    interval = scheduler_config_get().round_interval_seconds
+    last = (
+        SchedulingRound.objects.filter(outcome=RoundOutcome.APPLIED)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    return last is None or (timezone.now() - last).total_seconds() >= interval
+
+
+def scheduling_round_list(*, limit: int = 100) -> QuerySet[SchedulingRound]:
+    return SchedulingRound.objects.order_by("-started_at", "-id")[:limit]

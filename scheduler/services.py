@@ -1,0 +1,228 @@
+"""A scheduling round: lock → snapshot → decide → apply in one transaction → agents.
+
+`scheduling_round_run` is the only entry point; the Celery task, the embedded demo loop,
+the benchmark and the tests all call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from cluster.choices import NodeState
+from cluster.models import Device
+from config.errors import ApplicationError
+from jobs.choices import JobState
+from jobs.models import Allocation, Job
+from jobs.services import job_preempt, job_start
+from scheduler.core.types import Decisions, Hold, Preempt, QueueChange, SchedulerSettings, Start
+from scheduler.policies import decide
+
+from .choices import RoundOutcome, RoundTrigger
+from .locks import round_lock
+from .models import SchedulingRound
+from .selectors import scheduler_config_get, scheduler_settings_from
+from .snapshot import RoundContext, snapshot_build
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ApplyResult:
+    started: list[tuple[int, int]] = field(default_factory=list)  # (job id, attempt)
+    preempted: list[tuple[int, int]] = field(default_factory=list)  # (job id, attempt)
+    dropped: list[dict[str, object]] = field(default_factory=list)
+
+
+def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> SchedulingRound:
+    """Run one round, unless another holds the lock (then record that and return at once).
+
+    1. Take the round lock (PostgreSQL advisory lock).
+    2. Read the stored settings and build the snapshot as of now.
+    3. `decide(snapshot)`: the configured pure policy, invariant-checked.
+    4. Apply every decision in one transaction; one that no longer holds is dropped.
+    5. After commit, ask the agents to start and stop work (never for uncommitted rows).
+    """
+    started_at = timezone.now()
+    clock = time.perf_counter()
+    with round_lock() as acquired:
+        if not acquired:
+            logger.info("Scheduling round skipped: another round holds the lock.")
+            return SchedulingRound.objects.create(
+                started_at=started_at, trigger=trigger, outcome=RoundOutcome.LOCKED
+            )
+        config = scheduler_config_get()
+        settings = scheduler_settings_from(config)
+        snapshot, context = snapshot_build(now=started_at, settings=settings)
+        built = time.perf_counter()
+        decisions = decide(snapshot)
+        decided = time.perf_counter()
+        with transaction.atomic():
+            result = decisions_apply(decisions=decisions, context=context, now=started_at)
+            grace = config.preemption_grace_seconds
+            transaction.on_commit(lambda: _dispatch_to_agents(result, grace))
+        applied = time.perf_counter()
+        pending = sum(1 for job in snapshot.jobs if not job.is_running)
+        held_devices = {d for job in snapshot.jobs for d in job.devices} | snapshot.busy_device_ids
+        return SchedulingRound.objects.create(
+            started_at=started_at,
+            duration_ms=(applied - clock) * 1000,
+            trigger=trigger,
+            outcome=RoundOutcome.APPLIED,
+            policy=settings.policy,
+            settings=_settings_record(settings),
+            pending_jobs=pending,
+            running_jobs=len(snapshot.jobs) - pending,
+            free_devices=len(snapshot.devices) - len(held_devices),
+            starts=len(result.started),
+            preemptions=len(result.preempted),
+            holds=len(decisions.holds),
+            queue_changes=len(decisions.queue_changes),
+            dropped=result.dropped,
+            timings_ms={
+                "snapshot": round((built - clock) * 1000, 2),
+                "decide": round((decided - built) * 1000, 2),
+                "apply": round((applied - decided) * 1000, 2),
+            },
+        )
+
+
+def _settings_record(settings: SchedulerSettings) -> dict[str, object]:
+    """The settings as stored JSON (tuples become lists, enums their values)."""
+    record = asdict(settings)
+    record["placement"] = settings.placement.value
+    record["queue_thresholds"] = list(settings.queue_thresholds)
+    return record
+
+
+def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> ApplyResult:  # type: ignore[no-untyped-def]
+    """Write a round's decisions; call inside a transaction.
+
+    Every decision is re-checked against the rows by the conditional updates of the
+    state machine and, for starts, by the live-allocation unique index. Each runs in its
+    own savepoint, so one that no longer holds is dropped (and logged) without undoing
+    the others, and never half-applied.
+    """
+    result = ApplyResult()
+    _apply_queue_changes(decisions.queue_changes, now)
+    for preemption in decisions.preemptions:
+        _apply_preemption(preemption, context, result)
+    # Devices of jobs still checkpointing (preempted now or earlier) are not free yet:
+    # a start on them waits for the next round instead of failing at the unique index.
+    preempting = dict(context.preempting_devices)
+    preempted_ids = [job_id for job_id, _ in result.preempted]
+    for device_id, job_id in Allocation.objects.filter(
+        job_id__in=preempted_ids, ended_at__isnull=True
+    ).values_list("device_id", "job_id"):
+        preempting[device_id] = job_id
+    unschedulable = set(
+        Device.objects.exclude(node__state=NodeState.UP).values_list("id", flat=True)
+    )
+    waiting_reasons: dict[int, str] = {}
+    for start in decisions.starts:
+        blocker = next((preempting[d] for d in start.device_ids if d in preempting), None)
+        if blocker is not None:
+            waiting_reasons[start.job_id] = (
+                f"WaitingForResources: job #{blocker} is checkpointing before it frees its GPUs"
+            )
+            continue
+        _apply_start(start, unschedulable, result)
+    _apply_holds(decisions.holds, waiting_reasons, context)
+    return result
+
+
+def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyResult) -> None:
+    try:
+        with transaction.atomic():
+            job = job_preempt(
+                job_id=preemption.job_id, reason=preemption.reason, by_job_id=preemption.by_job_id
+            )
+    except ApplicationError as exc:
+        _drop(result, "preempt", preemption.job_id, str(exc))
+        return
+    result.preempted.append((job.pk, job.attempt))
+
+
+def _apply_start(start: Start, unschedulable: set[int], result: ApplyResult) -> None:
+    if unschedulable.intersection(start.device_ids):
+        _drop(result, "start", start.job_id, "a device's node stopped taking work")
+        return
+    try:
+        job = job_start(job_id=start.job_id, device_ids=start.device_ids)
+    except ApplicationError as exc:
+        _drop(result, "start", start.job_id, str(exc))
+        return
+    result.started.append((job.pk, job.attempt))
+
+
+def _apply_queue_changes(changes: Iterable[QueueChange], now) -> None:  # type: ignore[no-untyped-def]
+    """Move jobs between Tiresias queues; a promotion also restarts the since-promotion clocks."""
+    by_kind: dict[tuple[int, bool], list[int]] = {}
+    for change in changes:
+        by_kind.setdefault((change.level, change.promoted), []).append(change.job_id)
+    for (level, promoted), job_ids in by_kind.items():
+        updates: dict[str, object] = {"queue_level": level, "queue_entered_at": now}
+        if promoted:
+            updates |= {
+                "service_since_promotion": 0.0,
+                "executed_since_promotion": 0.0,
+                "waiting_since_promotion": 0.0,
+                "pending_since": now,
+            }
+        Job.objects.filter(
+            pk__in=job_ids, state__in=(JobState.PENDING, JobState.RUNNING, JobState.STARTING)
+        ).update(**updates)
+
+
+def _apply_holds(
+    holds: Iterable[Hold], waiting_reasons: dict[int, str], context: RoundContext
+) -> None:
+    """Store each held job's reason and queue position, writing only rows that changed."""
+    changed: list[tuple[int, str, int | None]] = []
+    for hold in holds:
+        reason = waiting_reasons.pop(hold.job_id, None) or str(hold.reason)
+        if context.pending_reason.get(hold.job_id) != (reason, hold.position):
+            changed.append((hold.job_id, reason[:500], hold.position))
+    for job_id, reason in waiting_reasons.items():
+        changed.append((job_id, reason[:500], None))
+    if not changed:
+        return
+    if connection.vendor == "postgresql":
+        from psycopg2.extras import execute_values
+
+        # One statement for thousands of rows; bulk_update's CASE chains are far slower.
+        with connection.cursor() as cursor:
+            execute_values(
+                cursor.cursor,
+                "UPDATE jobs_job SET reason = v.reason, queue_position = v.position "
+                "FROM (VALUES %s) AS v(id, reason, position) "
+                "WHERE jobs_job.id = v.id AND jobs_job.state = 'PENDING'",
+                changed,
+                template="(%s, %s, %s::integer)",
+                page_size=2000,
+            )
+        return
+    jobs = [
+        Job(pk=job_id, reason=reason, queue_position=position)
+        for job_id, reason, position in changed
+    ]
+    Job.objects.bulk_update(jobs, ["reason", "queue_position"], batch_size=500)
+
+
+def _drop(result: ApplyResult, kind: str, job_id: int, why: str) -> None:
+    logger.warning("Dropped %s of job %s: %s", kind, job_id, why)
+    result.dropped.append({"decision": kind, "job": job_id, "why": why})
+
+
+def _dispatch_to_agents(result: ApplyResult, grace_seconds: int) -> None:
+    from agents.services import agent_launch_request, agent_stop_request
+
+    for job_id, attempt in result.preempted:
+        agent_stop_request(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+    for job_id, attempt in result.started:
+        agent_launch_request(job_id=job_id, attempt=attempt)

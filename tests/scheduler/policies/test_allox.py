@@ -1,0 +1,298 @@
+"""AlloX placement: matching, accepted types, gangs, α, window, determinism (no Django)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduler.core.types import Consolidation, Job, PlacementKind
+from scheduler.policies import decide
+from scheduler.policies.allox import (
+    RemainingService,
+    allox_place,
+    allox_rematch,
+    place,
+    user_scores,
+)
+from scheduler.policies.placement import PLACERS
+from tests.scheduler.builders import (
+    ANY,
+    PREFERRED,
+    REQUIRED,
+    devices,
+    nodes_of,
+    pending,
+    running,
+    snapshot,
+)
+
+V100_K80 = {"nv": ("v100", 1), "nk": ("k80", 1)}
+SPEED = {"v100": 1.0, "p100": 0.9, "k80": 0.3}
+
+
+def speeds(v100: float = 1.0, k80: float = 0.3, p100: float | None = None) -> tuple:
+    pairs = [("v100", v100), ("k80", k80)]
+    if p100 is not None:
+        pairs.append(("p100", p100))
+    return tuple(pairs)
+
+
+def placed_types(placements: dict[int, tuple[int, ...]], devs) -> dict[int, str]:
+    by_id = {d.id: d for d in devs}
+    return {job_id: by_id[ids[0]].device_type for job_id, ids in placements.items()}
+
+
+def test_allox_is_the_registered_allox_placer() -> None:
+    assert PLACERS[PlacementKind.ALLOX] is allox_place
+
+
+@pytest.mark.parametrize(
+    ("k80_first", "k80_second", "expected"),
+    [
+        # The second job loses less on the K80 (0.6 of its V100 speed vs 0.2): it goes there
+        # even though the first job comes first in priority order.
+        (0.2, 0.6, {1: "v100", 2: "k80"}),
+        # Mirror image: the first job is the one that barely slows down on a K80.
+        (0.7, 0.15, {1: "k80", 2: "v100"}),
+        # Recommendation-like job that is faster on the K80 takes it.
+        (1.4, 0.3, {1: "k80", 2: "v100"}),
+    ],
+)
+def test_allox_places_the_slower_device_type_on_the_job_that_loses_least_there(
+    k80_first: float, k80_second: float, expected: dict[int, str]
+) -> None:
+    devs = devices(V100_K80, SPEED)
+    jobs = [
+        pending(1, 1, throughputs=speeds(k80=k80_first)),
+        pending(2, 1, throughputs=speeds(k80=k80_second)),
+    ]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs))
+    assert placed_types(placements, devs) == expected
+
+
+def test_allox_lets_a_job_wait_for_a_fast_device_rather_than_crawl_on_a_slow_one() -> None:
+    # Both jobs are 10x slower on a K80: running both on the V100 one after the other
+    # (cost p + 2p) beats one of them on the K80 (p + 10p); only the first in line starts.
+    devs = devices(V100_K80, SPEED)
+    jobs = [pending(1, 1, throughputs=speeds(k80=0.1)), pending(2, 1, throughputs=speeds(k80=0.1))]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs))
+    assert placed_types(placements, devs) == {1: "v100"}
+
+
+@pytest.mark.parametrize(
+    ("accepted", "expected_type"),
+    [
+        (("k80",), "k80"),  # only accepts the slow type: gets it although the V100 is free
+        (("v100",), "v100"),
+        (("a100",), None),  # a type the free devices do not have: not placed
+        ((), "v100"),  # accepts anything: the fast type
+    ],
+)
+def test_allox_honours_accepted_types(accepted: tuple[str, ...], expected_type: str | None) -> None:
+    devs = devices(V100_K80, SPEED)
+    jobs = [pending(1, 1, accepted_types=accepted, throughputs=speeds(k80=0.2))]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs))
+    assert placed_types(placements, devs).get(1) == expected_type
+
+
+def test_allox_never_uses_a_type_the_job_cannot_run_on() -> None:
+    # Gavel stores 0.0 for ResNet-50 bs128 at scale > 1 on K80: speed 0 means "cannot run".
+    devs = devices({"nk": ("k80", 2)}, SPEED)
+    jobs = [pending(1, 1, throughputs=(("v100", 1.0), ("k80", 0.0)))]
+    assert allox_place(jobs, devs, snapshot(jobs, devs)) == {}
+
+
+@pytest.mark.parametrize(
+    ("layout", "gpus", "consolidation", "expected_nodes"),
+    [
+        # A gang takes all its GPUs or nothing: 3 free, 4 needed.
+        ({"n1": ("v100", 3)}, 4, PREFERRED, None),
+        # `required` never spans nodes even when the type has enough devices in total.
+        ({"n1": ("v100", 2), "n2": ("v100", 2)}, 4, REQUIRED, None),
+        # `preferred` spreads over several pools of one type when no node holds it.
+        ({"n1": ("v100", 2), "n2": ("v100", 2)}, 4, PREFERRED, {"n1", "n2"}),
+        ({"n1": ("v100", 2), "n2": ("v100", 2)}, 4, ANY, {"n1", "n2"}),
+        # One type per gang: 2 V100 + 2 K80 free do not make a 4-GPU job.
+        ({"n1": ("v100", 2), "n2": ("k80", 2)}, 4, ANY, None),
+        # Best fit: the tightest node that holds the whole gang.
+        ({"n1": ("v100", 8), "n2": ("v100", 4)}, 4, PREFERRED, {"n2"}),
+    ],
+)
+def test_allox_places_gangs_all_or_nothing_on_one_type(
+    layout: dict[str, tuple[str, int]],
+    gpus: int,
+    consolidation: Consolidation,
+    expected_nodes: set[str] | None,
+) -> None:
+    devs = devices(layout, SPEED)
+    jobs = [pending(1, gpus, consolidation=consolidation)]
+    snap = snapshot(jobs, devs)
+    placements = allox_place(jobs, devs, snap)
+    if expected_nodes is None:
+        assert placements == {}
+    else:
+        assert len(placements[1]) == gpus
+        assert nodes_of(snap, placements[1]) == expected_nodes
+        assert len({snap.device_by_id[d].device_type for d in placements[1]}) == 1
+
+
+def _crowded_cluster(alpha: float, second_needs: int = 1):
+    """Alice holds three V100s; Bob holds none. One V100 is free."""
+    devs = devices({"n1": ("v100", 4)}, SPEED)
+    alice_running = [running(10 + i, (i,), user="alice") for i in range(3)]
+    jobs = [pending(1, 1, user="alice"), pending(2, second_needs, user="bob")]
+    snap = snapshot([*alice_running, *jobs], devs, allox_alpha=alpha)
+    return jobs, [devs[3]], snap
+
+
+@pytest.mark.parametrize(
+    ("alpha", "expected"),
+    [
+        # α = 0.5 of 2 active users admits only the lowest-L user: Bob, although Alice's job
+        # is first in priority order.
+        (0.5, {2}),
+        # α = 1 is pure efficiency: priority order decides the tie.
+        (1.0, {1}),
+    ],
+)
+def test_alpha_admits_only_the_lowest_share_users(alpha: float, expected: set[int]) -> None:
+    jobs, free, snap = _crowded_cluster(alpha)
+    assert set(allox_place(jobs, free, snap)) == expected
+
+
+def test_alpha_doubles_when_nothing_the_admitted_users_have_can_be_placed() -> None:
+    # Bob (lowest L) needs 2 GPUs and only one is free: α doubles to 1 and Alice's job runs.
+    jobs, free, snap = _crowded_cluster(0.5, second_needs=2)
+    assert set(allox_place(jobs, free, snap)) == {1}
+
+
+@pytest.mark.parametrize(
+    ("placed_on", "expected_score"),
+    [
+        # 1 of 4 GPUs on its fastest type counts fully.
+        ("v100", 0.25),
+        # On a K80 where it runs at half speed it counts for half (normalized to fastest).
+        ("k80", 0.125),
+    ],
+)
+def test_user_score_is_dominant_share_normalized_to_the_fastest_device(
+    placed_on: str, expected_score: float
+) -> None:
+    devs = devices({"n1": ("v100", 2), "n2": ("k80", 2)}, SPEED)
+    device_id = 0 if placed_on == "v100" else 2
+    job = running(1, (device_id,), user="alice", throughputs=speeds(k80=0.5))
+    assert user_scores(snapshot([job], devs)) == {"alice": pytest.approx(expected_score)}
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        # Window 1: only the head job is considered; it takes the K80 (nothing better).
+        (1, {1: "k80"}),
+        # Window 3: the third job loses least on the K80 and takes it.
+        (3, {3: "k80"}),
+    ],
+)
+def test_window_bounds_the_jobs_that_enter_the_matching(
+    window: int, expected: dict[int, str]
+) -> None:
+    devs = devices({"nk": ("k80", 1)}, SPEED)
+    jobs = [
+        pending(1, 1, throughputs=speeds(k80=0.1)),
+        pending(2, 1, throughputs=speeds(k80=0.2)),
+        pending(3, 1, throughputs=speeds(k80=0.5)),
+    ]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs, allox_window=window))
+    assert placed_types(placements, devs) == expected
+
+
+def test_allox_is_deterministic_and_breaks_ties_by_priority_order() -> None:
+    devs = devices({"n1": ("v100", 2), "n2": ("k80", 2)}, SPEED)
+    jobs = [pending(i, 1, throughputs=speeds(k80=0.6)) for i in range(1, 7)]
+    snap = snapshot(jobs, devs)
+    first = allox_place(jobs, devs, snap)
+    assert all(allox_place(jobs, tuple(reversed(devs)), snap) == first for _ in range(3))
+    # Identical jobs: the earliest two get the V100s, the next two the K80s; the last two
+    # are matched behind the V100s (second in line there) and wait.
+    assert placed_types(first, devs) == {1: "v100", 2: "v100", 3: "k80", 4: "k80"}
+
+
+def test_allox_takes_throughputs_before_admin_speeds() -> None:
+    # Admin speeds say V100 > P100, but this job measured 2x faster on the P100.
+    devs = devices({"nv": ("v100", 1), "np": ("p100", 1)}, SPEED)
+    jobs = [
+        pending(1, 1, throughputs=(("v100", 1.0), ("p100", 2.0))),
+        pending(2, 1),  # no measurements: admin speeds, V100 is its best
+    ]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs))
+    assert placed_types(placements, devs) == {1: "p100", 2: "v100"}
+
+
+@pytest.mark.parametrize(
+    ("sizes", "min_samples", "attained", "expected"),
+    [
+        ([10.0, 20.0, 30.0, 40.0], 1, 0.0, 25.0),  # the mean size
+        ([10.0, 20.0, 30.0, 40.0], 1, 25.0, 10.0),  # E[S - 25 | S > 25] = 35 - 25
+        ([10.0, 20.0, 30.0, 40.0], 1, 50.0, 50.0),  # beyond every sample: as much again
+        ([10.0, 20.0, 30.0, 40.0], 10, 0.0, 25.0),  # too few samples: the median
+        ([], 10, 100.0, 3600.0),  # no history: the fallback (first queue threshold)
+    ],
+)
+def test_expected_remaining_service_is_conditional_on_attained_service(
+    sizes: list[float], min_samples: int, attained: float, expected: float
+) -> None:
+    estimator = RemainingService(sizes, min_samples=min_samples, fallback=3600.0)
+    assert estimator.expected(attained) == pytest.approx(expected)
+
+
+def test_a_long_running_job_weighs_more_and_gets_the_fast_device() -> None:
+    # Same speeds; the job that already ran long is expected to run long still, so the
+    # matching gives it the V100 and the fresh job the K80.
+    devs = devices(V100_K80, SPEED)
+    sizes = [100.0] * 50 + [10_000.0] * 50
+    jobs = [
+        pending(1, 1, throughputs=speeds(k80=0.6)),
+        pending(2, 1, throughputs=speeds(k80=0.6), attained_service=500.0),
+    ]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs, finished=sizes))
+    assert placed_types(placements, devs) == {1: "k80", 2: "v100"}
+
+
+def test_busy_devices_can_be_offered_as_delayed_slots() -> None:
+    # A V100 frees soon (its job is nearly done); waiting for it beats 10x slower on a K80.
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    sizes = [1000.0] * 60
+    busy_job = running(9, (0,), attained_service=990.0)
+    job = pending(1, 1, throughputs=speeds(k80=0.1))
+    snap = snapshot([busy_job, job], devs, finished=sizes)
+    free = [devs[1]]
+    assert place([job], free, snap, offer_busy=False) == {1: (1,)}
+    assert place([job], free, snap, offer_busy=True) == {}
+
+
+def test_rematch_lets_a_job_further_back_take_the_device_it_loses_least_on() -> None:
+    # The pass picks the head job for the only free device (a K80); the rematch sees the
+    # window and starts the job that barely slows down there instead.
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    busy_job = running(9, (0,), attained_service=10.0, started_at=9_999.0)
+    jobs: list[Job] = [
+        busy_job,
+        pending(1, 1, throughputs=speeds(k80=0.1)),
+        pending(2, 1, throughputs=speeds(k80=0.9)),
+    ]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    base = decide(snap)
+    assert {s.job_id for s in base.starts} == {1}
+    rematched = allox_rematch(snap, base)
+    assert {s.job_id: s.device_ids for s in rematched.starts} == {2: (1,)}
+    assert {h.job_id for h in rematched.holds} == {1}
+    assert [h.position for h in rematched.holds] == [1]
+
+
+def test_allox_handles_no_jobs_and_no_devices() -> None:
+    devs = devices(V100_K80, SPEED)
+    jobs = [pending(1, 1)]
+    assert allox_place([], devs, snapshot(jobs, devs)) == {}
+    assert allox_place(jobs, [], snapshot(jobs, devs)) == {}
+    assert math.isfinite(RemainingService([], min_samples=1, fallback=1.0).expected(0.0))

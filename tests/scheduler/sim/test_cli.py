@@ -1,0 +1,126 @@
+"""The command line: JSON schema, plot, errors, and both entry points end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduler.sim.cli import UsageError, build_parser, main, parse_policies, resolve
+from scheduler.sim.metrics import REQUIRED_KEYS
+
+REPO = Path(__file__).resolve().parents[3]
+TRACE_ROWS = (
+    "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+    "0,1,0,0,vgg16,100,10\n1,2,10,0,resnet50,50,10\n2,1,20,0,alexnet,30,0\n"
+)
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.csv"
+    path.write_text(TRACE_ROWS)
+    return path
+
+
+def test_json_output_has_the_issue_schema_for_every_policy(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    plot = tmp_path / "out.html"
+    code = main(
+        [
+            "--trace", str(trace), "--cluster", "1,1,2,8,64",
+            "--policy", "fifo,las", "--policy", "srsf",
+            "--json", str(out), "--plot", str(plot), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert list(document["policies"]) == ["fifo", "las", "srsf"]
+    fifo = document["policies"]["fifo"]
+    assert set(REQUIRED_KEYS) <= set(fifo)
+    assert fifo["jobs_finished"] == 3
+    assert fifo["avg_jct"] == pytest.approx((100 + 140 + 160) / 3)
+    assert fifo["by_num_gpu"] == {
+        "1": {"count": 2, "avg_jct": 130.0},
+        "2": {"count": 1, "avg_jct": 140.0},
+    }
+    assert fifo["makespan"] == 180
+    assert fifo["gpu_utilization"] == pytest.approx((100 + 100 + 30) / (2 * 180))
+    assert document["meta"]["restore_cost"] == 30
+    assert "plotly" in plot.read_text()[:5000].lower()
+
+
+def test_reference_mode_sets_the_tiresias_setting_and_flags_override_it(trace: Path) -> None:
+    args = ["--trace", str(trace), "--cluster", "1,1,2,8,64", "--tiresias-reference"]
+    settings = resolve(build_parser().parse_args(args)).runs[0][1]
+    assert settings.queue_thresholds == (3250.0, 7200.0)
+    assert settings.promote_knob is None
+    assert settings.restore_cost == 0 and settings.min_runtime == 0
+    assert settings.placement.value == "gpu-count"
+    override = resolve(build_parser().parse_args([*args, "--restore-cost", "30", "--knob", "8"]))
+    assert override.runs[0][1].restore_cost == 30
+    assert override.runs[0][1].promote_knob == 8
+
+
+def test_policy_names_accept_aliases_and_per_policy_placement() -> None:
+    assert parse_policies(["dlas-gpu,shortest-gpu", "las@allox"]) == [
+        ("las", None),
+        ("srsf", None),
+        ("las", parse_policies(["las@allox"])[0][1]),
+    ]
+    with pytest.raises(UsageError, match="unknown policy"):
+        parse_policies(["tetris"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--queues", "7200,3600"], "thresholds must increase"),
+        (["--knob", "lots"], "a number or 'off'"),
+        (["--cluster", "1,1,1,8,64"], "need more GPUs than the cluster has"),
+    ],
+)
+def test_bad_options_exit_with_a_clear_message(
+    trace: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--trace", str(trace), "--cluster", "1,1,2,8,64", "--no-progress", *extra]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_end_to_end(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "scheduler.sim", "--trace", str(trace), "--cluster",
+         "1,1,2,8,64", "--policy", "las", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "avg JCT" in completed.stdout
+    assert json.loads(out.read_text())["policies"]["las"]["jobs_finished"] == 3
+
+
+def test_the_django_command_runs_without_a_database(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cmd.json"
+    # Settings with no DATABASES at all: the command must not need one.
+    script = (
+        "import django; from django.conf import settings; "
+        "settings.configure(INSTALLED_APPS=['scheduler'], DATABASES={}); django.setup(); "
+        "from django.core.management import call_command; "
+        f"call_command('simulate', trace={str(trace)!r}, cluster='1,1,2,8,64', "
+        f"policy=['fifo'], json={str(out)!r}, no_progress=True)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "fifo" in completed.stdout
+    assert json.loads(out.read_text())["policies"]["fifo"]["avg_jct"] == pytest.approx(400 / 3)

@@ -1,0 +1,235 @@
+"""The event loop on tiny traces whose JCTs are computed by hand."""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.types import Decisions, PlacementKind, Snapshot, Start
+from scheduler.sim.clusters import SimCluster, homogeneous_cluster
+from scheduler.sim.engine import SimConfig, SimulationError, simulate
+from scheduler.sim.traces import TraceJob
+from tests.scheduler.sim.helpers import jcts, job, reference_settings, run
+
+# A 1-GPU job holds both GPUs' worth of nothing: B (2 GPUs) waits for A, C waits behind B.
+HOL_TRACE = [job(0, 1, 0, 100), job(1, 2, 10, 50), job(2, 1, 20, 30)]
+
+
+def test_fifo_on_two_gpus_blocks_the_head_of_the_line() -> None:
+    result = run(HOL_TRACE, reference_settings("fifo"))
+    # A 0→100; B waits for 2 GPUs, 100→150; C is behind B (strict FIFO), 150→180.
+    assert jcts(result) == {0: 100, 1: 140, 2: 160}
+    assert [r.queueing_delay for r in result.records] == [0, 90, 130]
+
+
+def test_fifo_backfill_lets_the_small_job_skip_ahead() -> None:
+    result = run(HOL_TRACE, reference_settings("fifo-backfill"))
+    # C fits beside A at 20 (→50); B still starts when A ends at 100.
+    assert jcts(result) == {0: 100, 1: 140, 2: 30}
+
+
+@pytest.mark.parametrize(("restore", "expected_a"), [(0.0, 120.0), (30.0, 150.0)])
+def test_a_resumed_job_pays_the_restore_cost(restore: float, expected_a: float) -> None:
+    # SRTF on 1 GPU: B (20 s) preempts A (90 s left) at 10, ends at 30; A resumes at 30,
+    # restores for `restore` seconds, then runs its last 90 s.
+    trace = [job(0, 1, 0, 100), job(1, 1, 10, 20)]
+    result = run(trace, reference_settings("srtf", restore_cost=restore), homogeneous_cluster(1, 1))
+    assert jcts(result) == {0: expected_a, 1: 20}
+    a = result.records[0]
+    assert (a.preemptions, a.resumes) == (1, 1)
+    assert a.queueing_delay == 20  # pending 10→30
+    # Restore time holds the GPU and counts as service: 100 s of work + the restore.
+    assert a.service == pytest.approx(100 + restore)
+
+
+def test_las_demotes_at_the_threshold_and_the_new_job_preempts() -> None:
+    # Threshold 100 GPU·s on 1 GPU. A runs from 0; B arrives at 50 into the same queue (no
+    # preemption inside a queue). At 100 A crosses into queue 1 and B takes the GPU until
+    # 200; A resumes and finishes its remaining 200 s at 400.
+    trace = [job(0, 1, 0, 300), job(1, 1, 50, 100)]
+    settings_ = reference_settings("las", queue_thresholds=(100.0,))
+    result = run(trace, settings_, homogeneous_cluster(1, 1))
+    assert jcts(result) == {0: 400, 1: 150}
+    assert result.records[0].demotions == 1
+    assert result.records[0].preemptions == 1
+
+
+def test_timer_decisions_wait_for_the_next_tick() -> None:
+    # Same trace with a 30 s tick: the crossing at 100 is noticed by the timer at 120.
+    trace = [job(0, 1, 0, 300), job(1, 1, 50, 100)]
+    settings_ = reference_settings("las", queue_thresholds=(100.0,))
+    result = run(trace, settings_, homogeneous_cluster(1, 1), tick=30.0)
+    assert jcts(result) == {0: 400, 1: 170}
+
+
+def test_a_job_progresses_at_its_throughput_on_the_device_type() -> None:
+    cluster = SimCluster(
+        devices=homogeneous_cluster(1, 2, device_type="k80").devices,
+        nodes=homogeneous_cluster(1, 2).nodes,
+        throughputs={"resnet50": (("k80", 0.25),)},
+    )
+    trace = [job(0, 1, 0, 100, model="resnet50"), job(1, 1, 0, 100, model="other")]
+    result = run(trace, reference_settings("fifo"), cluster)
+    # resnet50 runs at 0.25 of reference on a K80: 100 s of work take 400 s; the model
+    # without a row runs at the device speed (1.0 here).
+    assert jcts(result) == {0: 400, 1: 100}
+    assert result.records[0].ideal_runtime == 400
+
+
+def test_a_gang_spanning_two_types_runs_at_its_slowest_type() -> None:
+    fast = homogeneous_cluster(1, 1, device_type="v100").devices[0]
+    slow = type(fast)(id=1, node=fast.node, device_type="k80", speed=0.5)
+    cluster = SimCluster(devices=(fast, slow), nodes=homogeneous_cluster(1, 1).nodes)
+
+    def take_everything(snapshot: Snapshot) -> Decisions:
+        pending = [j for j in snapshot.jobs if not j.is_running]
+        return Decisions(starts=tuple(Start(j.id, (0, 1)) for j in pending[:1]))
+
+    result = simulate(
+        [job(0, 2, 0, 100)],
+        cluster,
+        reference_settings("fifo"),
+        decide=take_everything,
+        config=SimConfig(tick=0, check_invariants=False),
+    )
+    assert jcts(result) == {0: 200}  # K80 at 0.5 paces the gang
+    assert result.records[0].service == pytest.approx(300)  # (1.0 + 0.5) GPU-speed × 200 s
+
+
+def test_a_job_larger_than_the_cluster_stops_the_replay_with_a_reason() -> None:
+    result = run([job(0, 1, 0, 10), job(1, 4, 0, 10)], reference_settings("fifo-backfill"))
+    assert jcts(result) == {0: 10, 1: None}
+    assert result.unfinished == 1
+    assert result.stop_reason.startswith("stuck")
+
+
+def test_a_policy_that_double_books_a_device_is_caught() -> None:
+    def greedy(snapshot: Snapshot) -> Decisions:
+        pending = [j for j in snapshot.jobs if not j.is_running]
+        return Decisions(starts=tuple(Start(j.id, (0,)) for j in pending))
+
+    with pytest.raises(SimulationError, match="busy devices"):
+        simulate(
+            [job(0, 1, 0, 10), job(1, 1, 5, 10)],
+            homogeneous_cluster(1, 2),
+            reference_settings("fifo"),
+            decide=greedy,
+            config=SimConfig(tick=0, check_invariants=False),
+        )
+
+
+def test_the_busy_timeline_integrates_to_the_gpu_seconds_used() -> None:
+    result = run(HOL_TRACE, reference_settings("fifo-backfill"))
+    timeline = result.busy_timeline
+    held = sum(b * (t1 - t0) for (t0, b), (t1, _) in pairwise(timeline))
+    assert held == 100 * 1 + 50 * 2 + 30 * 1
+
+
+traces = st.lists(
+    st.tuples(
+        st.sampled_from([1, 1, 2, 4]),
+        st.integers(min_value=0, max_value=2000),
+        st.integers(min_value=1, max_value=3000),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    rows=traces,
+    policy=st.sampled_from(["fifo", "fifo-backfill", "las", "gittins", "srtf", "srsf"]),
+    restore=st.sampled_from([0.0, 30.0]),
+    placement=st.sampled_from([PlacementKind.GPU_COUNT, PlacementKind.BEST_FIT]),
+)
+def test_every_job_finishes_and_its_time_adds_up(
+    rows: list[tuple[int, int, int]], policy: str, restore: float, placement: PlacementKind
+) -> None:
+    trace = [TraceJob(i, g, float(s), float(d)) for i, (g, s, d) in enumerate(rows)]
+    settings_ = reference_settings(
+        policy,
+        restore_cost=restore,
+        placement=placement,
+        queue_thresholds=(600.0,),
+        promote_knob=2.0,
+        min_runtime=60.0,
+    )
+    result = run(trace, settings_, homogeneous_cluster(2, 4), tick=10.0)
+    assert result.unfinished == 0
+    for record in result.records:
+        # JCT = waiting + running, and running = work + one restore per resume.
+        expected = record.queueing_delay + record.duration + record.resumes * restore
+        assert record.jct is not None
+        assert math.isclose(record.jct, expected, rel_tol=1e-9, abs_tol=1e-6)
+        assert record.resumes == record.preemptions
+    assert max(busy for _, busy in result.busy_timeline) <= 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dt=st.floats(min_value=0, max_value=1e6),
+    speed=st.floats(min_value=0, max_value=64),
+    running=st.booleans(),
+    service=st.floats(min_value=0, max_value=1e7),
+)
+def test_the_fast_advance_equals_core_accounting(
+    dt: float, speed: float, running: bool, service: float
+) -> None:
+    from dataclasses import replace
+
+    from scheduler.core import accounting
+    from scheduler.core.types import Job, JobPhase
+    from scheduler.sim.engine import advance_job
+
+    base = Job(
+        id=7, user="u", group="g", num_gpus=4, submit_time=1.0,
+        phase=JobPhase.RUNNING if running else JobPhase.PENDING,
+        devices=(0, 1, 2, 3) if running else (), attained_service=service,
+        service_since_promotion=service / 2, executed_since_promotion=11.0,
+        waiting_since_promotion=5.0, queue_level=1, queue_entered_at=3.0,
+        started_at=2.0 if running else None, model="m", throughputs=(("a", 1.5),),
+        total_work=99.0,
+    )  # fmt: skip
+    expected = (
+        accounting.advance_running(base, dt, speed)
+        if running
+        else accounting.advance_pending(base, dt)
+    )
+    assert advance_job(base, dt, speed, 123.0) == replace(expected, total_work=123.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    rows=traces,
+    policy=st.sampled_from(["fifo-backfill", "las", "gittins", "srsf"]),
+    knob=st.sampled_from([None, 2.0]),
+)
+def test_skipping_idle_rounds_changes_nothing(
+    rows: list[tuple[int, int, int]], policy: str, knob: float | None
+) -> None:
+    trace = [TraceJob(i, g, float(s), float(d)) for i, (g, s, d) in enumerate(rows)]
+    settings_ = reference_settings(
+        policy,
+        restore_cost=30.0,
+        placement=PlacementKind.BEST_FIT,
+        queue_thresholds=(600.0, 2000.0),
+        promote_knob=knob,
+        min_runtime=60.0,
+    )
+    outcomes = []
+    for skip in (True, False):
+        result = simulate(
+            trace,
+            homogeneous_cluster(2, 4),
+            settings_,
+            config=SimConfig(tick=10.0, check_invariants=True, skip_idle_rounds=skip),
+        )
+        outcomes.append(
+            [(r.id, r.finish_time, r.preemptions, r.demotions, r.promotions) for r in result.records]
+        )
+    assert outcomes[0] == outcomes[1]

@@ -1,0 +1,111 @@
+"""Through a real Celery worker on the real Redis: API submissions lead to rounds and allocations.
+
+The worker is a subprocess on this test run's own queue, pointed at the test database;
+the test process enqueues rounds exactly as production does (on commit, coalesced).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from jobs.choices import JobState
+from jobs.models import Allocation, Job
+from scheduler.choices import RoundTrigger
+from scheduler.models import SchedulingRound
+from tests.scheduler.livefixtures import assert_consistent, configure, simulated_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SUBMIT = {"image": "pytorch/pytorch:2.4.0", "command": ["sleep", "600"], "num_gpus": 4}
+
+pytestmark = pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="the worker shares the test database, which needs PostgreSQL",
+)
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def celery_worker(transactional_db) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+    database = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": (
+            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+        ),
+        "GPULAB_TEST_RUN_ID": settings.TEST_RUN_ID,
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config.celery_app", "worker", "--pool", "solo",
+         "--queues", settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO", "--without-gossip",
+         "--without-mingle", "--without-heartbeat"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    yield worker
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+
+
+def test_api_submissions_reach_allocations_through_real_celery_rounds(
+    celery_worker, owner, outsider, api_as, settings
+):
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    configure(placement="best-fit", round_interval_seconds=3600)  # only events trigger rounds
+    simulated_cluster(nodes=1, gpus_per_node=4)
+
+    first = api_as(owner).post("/api/v1/jobs/", SUBMIT, format="json").json()
+    second = api_as(outsider).post("/api/v1/jobs/", SUBMIT, format="json").json()
+    wait_for(
+        lambda: Job.objects.get(pk=first["id"]).state == JobState.RUNNING,
+        what="the first job to run (round in the worker, launch by the simulated agent)",
+    )
+    assert Allocation.objects.filter(job_id=first["id"], ended_at__isnull=True).count() == 4
+    assert Job.objects.get(pk=second["id"]).state == JobState.PENDING
+    assert SchedulingRound.objects.filter(trigger=RoundTrigger.EVENT).exists()
+
+    # Cancelling frees the devices, and the round it triggers gives them to the second job.
+    assert api_as(owner).post(f"/api/v1/jobs/{first['id']}/cancel/").status_code == 200
+    assert not Allocation.objects.filter(job_id=first["id"], ended_at__isnull=True).exists()
+    wait_for(
+        lambda: Job.objects.get(pk=second["id"]).state == JobState.RUNNING,
+        what="the second job to run after the cancel",
+    )
+    assert_consistent()
+
+
+def test_a_burst_of_submissions_is_coalesced_into_a_few_rounds(
+    celery_worker, owner, api_as, settings
+):
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    configure(placement="best-fit", round_interval_seconds=3600)
+    simulated_cluster(nodes=1, gpus_per_node=4)
+    client = api_as(owner)
+    for _ in range(100):
+        assert (
+            client.post("/api/v1/jobs/", {**SUBMIT, "num_gpus": 1}, format="json").status_code
+            == 201
+        )
+    wait_for(lambda: Job.objects.filter(state=JobState.RUNNING).count() == 4, what="4 jobs running")
+    time.sleep(3)  # let any straggling requested round run
+    rounds = SchedulingRound.objects.filter(trigger=RoundTrigger.EVENT).count()
+    assert 1 <= rounds <= 10, f"{rounds} rounds for 100 submissions"

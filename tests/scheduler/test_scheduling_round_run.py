@@ -1,0 +1,229 @@
+"""One scheduling round against the real database: snapshot → decide → apply."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+from agents.simulated import simulated_tick
+from jobs.choices import JobState
+from jobs.models import Allocation, Job, JobEvent
+from jobs.services import JobSpec, job_cancel, job_submit
+from scheduler import services as round_services
+from scheduler.choices import RoundOutcome
+from scheduler.locks import ROUND_LOCK_KEY
+from scheduler.models import SchedulingRound
+from scheduler.services import scheduling_round_run
+from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
+
+
+def submit(user, gpus: int, seconds: int = 600) -> Job:
+    return job_submit(
+        owner=user,
+        spec=JobSpec(image="pytorch/pytorch:2.4.0", command=["sleep", str(seconds)], num_gpus=gpus),
+    )
+
+
+@pytest.fixture
+def cluster(db):
+    configure(placement="best-fit", queue_thresholds=[3600.0], min_runtime_seconds=300.0)
+    return simulated_cluster(nodes=1, gpus_per_node=4)
+
+
+@pytest.mark.django_db
+def test_a_round_starts_what_fits_and_explains_what_waits(owner, outsider, cluster):
+    first, second = submit(owner, 3), submit(outsider, 2)
+    scheduling_round = scheduling_round_run()
+    assert scheduling_round.outcome == RoundOutcome.APPLIED
+    assert (scheduling_round.starts, scheduling_round.holds) == (1, 1)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    # The simulated agent marked the started job RUNNING after the round committed.
+    assert first.state in {JobState.STARTING, JobState.RUNNING}
+    assert first.allocations.filter(ended_at__isnull=True).count() == 3
+    assert second.state == JobState.PENDING
+    assert second.queue_position == 1
+    assert second.reason.split(":")[0] in {"Behind", "WaitingForResources"}
+    assert_consistent()
+
+
+@pytest.mark.django_db
+def test_cancelling_frees_the_devices_for_the_next_round(owner, outsider, cluster):
+    first, second = submit(owner, 4), submit(outsider, 4)
+    scheduling_round_run()
+    job_cancel(job_id=first.pk, by=owner)
+    assert not Allocation.objects.filter(job=first, ended_at__isnull=True).exists()
+    scheduling_round_run()
+    second.refresh_from_db()
+    assert second.state in {JobState.STARTING, JobState.RUNNING}
+    assert_consistent()
+
+
+@pytest.mark.django_db
+def test_a_higher_queue_job_preempts_a_lower_one_which_keeps_its_service(owner, outsider, cluster):
+    """The running job has used 2 h × 4 GPUs (queue 1); a new job (queue 0) takes its GPUs."""
+    veteran = submit(owner, 4)
+    scheduling_round_run()
+    simulated_tick(grace_seconds=0)
+    age_job(veteran.pk, seconds=7200)  # past min_runtime, 28,800 GPU·s: queue 1
+    newcomer = submit(outsider, 4)
+
+    preempting_round = scheduling_round_run()
+    veteran.refresh_from_db()
+    assert preempting_round.preemptions == 1
+    assert veteran.state == JobState.PREEMPTING
+    assert f"job #{newcomer.pk}" in veteran.reason
+    assert "queue" in veteran.reason.lower()
+    newcomer.refresh_from_db()
+    assert newcomer.state == JobState.PENDING
+    assert "checkpointing" in newcomer.reason  # waits for the grace period, not the index
+
+    simulated_tick(grace_seconds=0)  # the checkpoint is taken: back in the queue
+    veteran.refresh_from_db()
+    assert veteran.state == JobState.PENDING
+    assert veteran.preemption_count == 1
+    assert veteran.attained_service == pytest.approx(4 * 7200, rel=0.01)
+
+    scheduling_round_run()
+    newcomer.refresh_from_db()
+    assert newcomer.state in {JobState.STARTING, JobState.RUNNING}
+    preempted_event = JobEvent.objects.filter(job=veteran, to_state=JobState.PREEMPTING).get()
+    assert f"job #{newcomer.pk}" in preempted_event.message
+    assert_consistent()
+
+
+@pytest.mark.django_db
+def test_a_job_inside_its_minimum_runtime_is_not_preempted(owner, outsider, cluster):
+    veteran = submit(owner, 4)
+    scheduling_round_run()
+    Job.objects.filter(pk=veteran.pk).update(service_since_promotion=10**6)  # queue 1 already
+    submit(outsider, 4)
+    assert scheduling_round_run().preemptions == 0
+    veteran.refresh_from_db()
+    assert veteran.state in {JobState.STARTING, JobState.RUNNING}
+
+
+@pytest.mark.django_db
+def test_attained_service_accrues_from_the_allocation_and_survives_a_restart(owner, cluster):
+    """Nothing is kept in memory: the next process reads service from the rows."""
+    job = submit(owner, 2)
+    scheduling_round_run()
+    age_job(job.pk, seconds=100)
+    from jobs.services import job_finish
+
+    simulated_tick(grace_seconds=0)
+    job_finish(job_id=job.pk, exit_code=0)
+    job.refresh_from_db()
+    assert job.attained_service == pytest.approx(200, rel=0.02)
+    assert job.total_run_seconds == pytest.approx(100, rel=0.02)
+    owner.refresh_from_db()
+    assert owner.usage == pytest.approx(200, rel=0.02)
+
+
+@pytest.mark.django_db
+def test_a_demoted_job_moves_queue_in_the_database(owner, cluster):
+    configure(placement="best-fit", queue_thresholds=[100.0], min_runtime_seconds=0)
+    job = submit(owner, 1)
+    scheduling_round_run()
+    age_job(job.pk, seconds=200)
+    assert scheduling_round_run().queue_changes == 1
+    job.refresh_from_db()
+    assert job.queue_level == 1
+
+
+@pytest.mark.django_db
+def test_a_start_that_no_longer_holds_is_dropped_and_logged(owner, cluster, monkeypatch):
+    job = submit(owner, 1)
+    real_decide = round_services.decide
+
+    def decide_then_cancel(snapshot):
+        decisions = real_decide(snapshot)
+        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # raced by a user
+        return decisions
+
+    monkeypatch.setattr(round_services, "decide", decide_then_cancel)
+    scheduling_round = scheduling_round_run()
+    assert scheduling_round.starts == 0
+    assert scheduling_round.dropped[0]["job"] == job.pk
+    assert not Allocation.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_settings_an_admin_stores_are_used_by_the_next_round(owner, cluster):
+    configure(policy="fifo", placement="best-fit", queue_thresholds=[10.0, 20.0], fairness=0.5)
+    submit(owner, 1)
+    scheduling_round = scheduling_round_run()
+    assert scheduling_round.policy == "fifo"
+    assert scheduling_round.settings["queue_thresholds"] == [10.0, 20.0]
+    assert scheduling_round.settings["fairness"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("queue_thresholds", [100, 50]),
+        ("queue_thresholds", "3600"),
+        ("queue_thresholds", [-1]),
+        ("fairness", 2.0),
+        ("policy", "srtf"),
+        ("placement", "magic"),
+        ("promote_knob", -1.0),
+        ("allox_alpha", 0.0),
+    ],
+)
+@pytest.mark.django_db
+def test_bad_settings_are_refused_with_the_field_named(field, value):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        configure(**{field: value})
+    assert field in caught.value.message_dict
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_round_that_cannot_take_the_lock_says_so_and_changes_nothing(owner, cluster):
+    submit(owner, 1)
+    holder = connections.create_connection("default")
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [ROUND_LOCK_KEY])
+            assert cursor.fetchone()[0]
+        scheduling_round = scheduling_round_run()
+        assert scheduling_round.outcome == RoundOutcome.LOCKED
+        assert not Allocation.objects.exists()
+    finally:
+        holder.close()  # closing the session releases its advisory lock
+    assert scheduling_round_run().outcome == RoundOutcome.APPLIED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_rounds_started_together_never_both_apply(owner, cluster, monkeypatch):
+    submit(owner, 1)
+    real_decide = round_services.decide
+
+    def slow_decide(snapshot):
+        time.sleep(0.5)  # hold the lock long enough for the other round to arrive
+        return real_decide(snapshot)
+
+    monkeypatch.setattr(round_services, "decide", slow_decide)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def run_round() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(scheduling_round_run().outcome)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run_round) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == [RoundOutcome.APPLIED, RoundOutcome.LOCKED]
+    assert SchedulingRound.objects.filter(outcome=RoundOutcome.APPLIED).get().starts == 1
+    assert_consistent()
