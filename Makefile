@@ -29,7 +29,11 @@ demo: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_seed
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_serve $(HOST):$(PORT)
 
+# The agent tests start a real OpenSSH server on 127.0.0.1; install it when missing.
 test: $(STAMP)
+	@test -x /usr/sbin/sshd || { echo "Installing openssh-server (needs apt-get)…"; \
+	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
+	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq openssh-server; }
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 

@@ -1,49 +1,538 @@
-"""What the control plane asks of node agents: start a job attempt, stop one.
+"""What the control plane asks of nodes: launch, stop, poll and reconcile job attempts.
 
 Called after the scheduling round's transaction commits. Jobs on simulated nodes (the
-demo) are handled in-process by `agents.simulated`. Launching on real nodes over SSH is
-the node-agents issue (#5); until it lands such a job stays STARTING and this logs why.
+demo) are handled in-process by `agents.simulated`; on real nodes the requests become
+Celery tasks (`agents.tasks`) that call the SSH services below, which report back only
+through the job state machine (`jobs.services`).
+
+None of these services holds a database transaction across SSH: a node that hangs for
+the SSH timeout must not hold row locks the scheduler needs.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import User
+from cluster.choices import NodeState, Runtime
 from cluster.models import Node
-from jobs.models import Allocation
+from config.errors import ApplicationError, NotFound
+from jobs.choices import JobState
+from jobs.models import Job
+from jobs.services import (
+    job_finish,
+    job_launch_failed,
+    job_mark_lost,
+    job_mark_running,
+    job_requeue,
+)
 
-from . import simulated
+from . import runtimes, simulated
+from .models import NodeHostKey
+from .selectors import LiveAttempt, devices_of_attempt, live_attempts_on_node, node_of_attempt
+from .ssh import NodeSession, node_ssh
 
 logger = logging.getLogger(__name__)
 
+# Exit code recorded when an attempt's process group vanished without writing one
+# (SIGKILL from outside, the OOM killer, a reboot): 128 + SIGKILL, as a shell reports it.
+VANISHED_EXIT_CODE = 137
 
-def _node_of(job_id: int, attempt: int) -> Node | None:
-    allocation = (
-        Allocation.objects.filter(job_id=job_id, attempt=attempt)
-        .select_related("device__node")
-        .first()
-    )
-    return allocation.device.node if allocation else None
+
+# --------------------------------------------------------------------------- requests
+
+
+def ssh_dispatch_enabled() -> bool:
+    # Only a deployment with Celery workers can run SSH work; the demo's embedded loop
+    # and the tests ("off") have none, and tests call the services directly.
+    return settings.GPULAB_SCHEDULER_MODE == "celery"
 
 
 def agent_launch_request(*, job_id: int, attempt: int) -> None:
-    node = _node_of(job_id, attempt)
+    """Start an attempt the round placed: in-process for simulated nodes, else a task."""
+    node = node_of_attempt(job_id=job_id, attempt=attempt)
     if node is None:
         return
     if node.simulated:
         simulated.simulated_launch(job_id=job_id)
         return
-    logger.warning(
-        "Job %s attempt %s is placed on real node %s, but SSH launching is not implemented yet.",
-        job_id, attempt, node.name,
-    )  # fmt: skip
+    if not ssh_dispatch_enabled():
+        logger.warning(
+            "Job %s attempt %s is placed on real node %s, but GPULAB_SCHEDULER_MODE=%s has "
+            "no Celery worker to launch it over SSH.",
+            job_id, attempt, node.name, settings.GPULAB_SCHEDULER_MODE,
+        )  # fmt: skip
+        return
+    from .tasks import agent_launch_task
+
+    agent_launch_task.delay(job_id=job_id, attempt=attempt)
 
 
 def agent_stop_request(*, job_id: int, attempt: int, grace_seconds: int) -> None:
-    node = _node_of(job_id, attempt)
+    """Stop a preempted attempt: simulated nodes requeue on their own tick."""
+    node = node_of_attempt(job_id=job_id, attempt=attempt)
     if node is None or node.simulated:
-        return  # the simulated agent requeues after the grace period on its next tick
-    logger.warning(
-        "Job %s attempt %s should stop on real node %s, but SSH stopping is not implemented yet.",
-        job_id, attempt, node.name,
-    )  # fmt: skip
+        return
+    if not ssh_dispatch_enabled():
+        logger.warning(
+            "Job %s attempt %s should stop on real node %s, but GPULAB_SCHEDULER_MODE=%s has "
+            "no Celery worker to stop it over SSH.",
+            job_id, attempt, node.name, settings.GPULAB_SCHEDULER_MODE,
+        )  # fmt: skip
+        return
+    from .tasks import agent_stop_task
+
+    agent_stop_task.delay(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+
+
+# --------------------------------------------------------------------------- launch
+
+
+def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
+    devices = devices_of_attempt(job_id=job.pk, attempt=job.attempt)
+    labels = node.labels if isinstance(node.labels, dict) else {}
+    # Optional per-GPU resource limits an admin sets as node labels.
+    cpus_per_gpu = labels.get("cpus_per_gpu")
+    memory_per_gpu = labels.get("memory_mb_per_gpu")
+    count = max(len(devices), 1)
+    return runtimes.LaunchSpec(
+        job_id=job.pk,
+        attempt=job.attempt,
+        image=job.image,
+        command=list(job.command) if isinstance(job.command, list) else job.command,
+        env=job.env if isinstance(job.env, dict) else {},
+        device_uuids=[device.uuid for device in devices],
+        run_root=settings.GPULAB_NODE_RUN_ROOT,
+        cpus=float(cpus_per_gpu) * count if cpus_per_gpu else None,
+        memory_mb=int(memory_per_gpu) * count if memory_per_gpu else None,
+        labels={"node": node.name},
+    )
+
+
+def _launch_script(spec: runtimes.LaunchSpec, runtime: str) -> str:
+    if runtime == Runtime.DOCKER:
+        # Idempotent like the wrapper: a redelivered launch reports the existing container.
+        inspect = runtimes.docker_inspect_id_argv(spec.name)
+        return f"{shlex.join(inspect)} 2>/dev/null || {shlex.join(runtimes.docker_run_argv(spec))}"
+    return runtimes.wrapped_launch_script(spec, runtime)
+
+
+def agent_launch(*, job_id: int, attempt: int) -> Job | None:
+    """Start attempt `attempt` of a STARTING job on its node over SSH.
+
+    1. Skip quietly if the job moved on (cancelled, or a newer attempt exists).
+    2. Build the runtime's command; a job that cannot be launched as stored (bad image,
+       hostile argv) fails with the reason, without touching the node.
+    3. Run it. Success → RUNNING. The command failing on the node → FAILED with its
+       stderr. Node trouble (host key, unreachable) raises for the caller (the task
+       retries NodeUnreachable and finally calls `agent_launch_gave_up`).
+    """
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.state != JobState.STARTING or job.attempt != attempt:
+        logger.info("Launch of job %s attempt %s skipped: the job moved on.", job_id, attempt)
+        return None
+    node = node_of_attempt(job_id=job_id, attempt=attempt)
+    if node is None:
+        return None
+    try:
+        script = _launch_script(_launch_spec(job=job, node=node), node.runtime)
+    except runtimes.LaunchRefused as exc:
+        return job_launch_failed(job_id=job_id, message=str(exc))
+    with node_ssh(node) as session:
+        # `docker run` may pull the image first: minutes, not the usual command timeout.
+        result = session.run(script, timeout=settings.GPULAB_LAUNCH_TIMEOUT_SECONDS)
+    if result.exit_status != 0:
+        detail = (result.stderr or result.stdout).strip()[-400:]
+        return job_launch_failed(
+            job_id=job_id,
+            message=f"Launch on {node.name} failed (exit {result.exit_status}): {detail}",
+        )
+    handle = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "?"
+    name = runtimes.attempt_name(job_id, attempt)
+    try:
+        return job_mark_running(
+            job_id=job_id,
+            message=f"Running on {node.name} ({node.runtime} {name}, pid/id {handle[:12]}).",
+        )
+    except ApplicationError as exc:
+        # Cancelled while starting: the status poll stops the orphaned attempt.
+        logger.info("Job %s started on %s but moved on meanwhile: %s", job_id, node.name, exc)
+        return None
+
+
+def agent_launch_gave_up(*, job_id: int, attempt: int, reason: str) -> None:
+    """The node could not be reached to launch: the job is LOST and requeued.
+
+    It is the node's fault, not the job's, so no retry is charged; the node leaves the
+    pool (DOWN, with the reason) so the next round does not place the job there again.
+    """
+    node = node_of_attempt(job_id=job_id, attempt=attempt)
+    if node is not None:
+        # Back after its next heartbeat, once the return reconcile reaches it over SSH.
+        _node_set_state(
+            node_id=node.pk,
+            to_state=NodeState.DOWN,
+            reason=reason,
+            return_state=_return_state_for(node.state),
+        )
+    _lose_and_requeue(job_id=job_id, attempt=attempt, message=f"Launch failed: {reason}")
+
+
+# --------------------------------------------------------------------------- stop, status
+
+
+@dataclass(frozen=True)
+class AttemptStatus:
+    state: str  # "running", "exited", "vanished", "unknown"
+    exit_code: int | None = None
+    exited_before_stop: bool = False
+
+
+def _parse_status(output: str) -> AttemptStatus:
+    lines = output.strip().splitlines()
+    before = "was-exited" in lines
+    words = lines[-1].split() if lines else ["unknown"]
+    if words[0] == "exited" and len(words) > 1 and words[1].lstrip("-").isdigit():
+        return AttemptStatus("exited", int(words[1]), before)
+    if words[0] in {"running", "vanished"}:
+        return AttemptStatus(words[0], None, before)
+    return AttemptStatus("unknown", None, before)
+
+
+def _parse_docker_status(result_stdout: str, exit_status: int) -> AttemptStatus:
+    words = result_stdout.split()
+    if exit_status != 0 or len(words) != 2:
+        return AttemptStatus("unknown")
+    if words[0] in {"exited", "dead"} and words[1].lstrip("-").isdigit():
+        return AttemptStatus("exited", int(words[1]))
+    return AttemptStatus("running")
+
+
+def _run_dir(job_id: int, attempt: int) -> str:
+    return f"{settings.GPULAB_NODE_RUN_ROOT.rstrip('/')}/{runtimes.attempt_name(job_id, attempt)}"
+
+
+def _attempt_status(session: NodeSession, *, job_id: int, attempt: int) -> AttemptStatus:
+    if session.node.runtime == Runtime.DOCKER:
+        argv = runtimes.docker_status_argv(runtimes.attempt_name(job_id, attempt))
+        result = session.run(shlex.join(argv))
+        return _parse_docker_status(result.stdout, result.exit_status)
+    result = session.run(runtimes.wrapped_status_script(_run_dir(job_id, attempt)))
+    return _parse_status(result.stdout)
+
+
+def _stop_attempt(
+    session: NodeSession, *, job_id: int, attempt: int, grace_seconds: int
+) -> AttemptStatus:
+    """SIGTERM, up to `grace_seconds` to checkpoint, then SIGKILL; the status afterwards."""
+    timeout = grace_seconds + session.timeout
+    if session.node.runtime == Runtime.DOCKER:
+        name = runtimes.attempt_name(job_id, attempt)
+        before = _attempt_status(session, job_id=job_id, attempt=attempt)
+        session.run(shlex.join(runtimes.docker_stop_argv(name, grace_seconds)), timeout=timeout)
+        after = _attempt_status(session, job_id=job_id, attempt=attempt)
+        return AttemptStatus(after.state, after.exit_code, before.state == "exited")
+    script = runtimes.wrapped_stop_script(_run_dir(job_id, attempt), grace_seconds)
+    return _parse_status(session.run(script, timeout=timeout).stdout)
+
+
+def agent_stop(*, job_id: int, attempt: int, grace_seconds: int) -> Job | None:
+    """Stop a PREEMPTING attempt and requeue the job (or record its exit, if it had
+    already ended by itself before the signal: PREEMPTING → SUCCEEDED | FAILED)."""
+    node = node_of_attempt(job_id=job_id, attempt=attempt)
+    if node is None:
+        return None
+    with node_ssh(node) as session:
+        status = _stop_attempt(session, job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+    job = Job.objects.filter(pk=job_id, attempt=attempt, state=JobState.PREEMPTING).first()
+    if job is None:
+        return None  # cancelled or already handled; the process is stopped either way
+    if status.exited_before_stop and status.exit_code is not None:
+        return job_finish(job_id=job_id, exit_code=status.exit_code)
+    return job_requeue(job_id=job_id, message=f"Stopped on {node.name} after preemption; requeued.")
+
+
+def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
+    """Check every attempt a node should be running, and stop those it should not.
+
+    1. A RUNNING attempt that exited → SUCCEEDED/FAILED with its exit code; one whose
+       process vanished without a code → FAILED (137); one the node does not know at
+       all → LOST and requeued.
+    2. Attempts alive on the node that are not a live attempt there (cancelled jobs,
+       stale attempts from before the node went down) are stopped.
+    Returns counts by what happened.
+    """
+    node = Node.objects.get(pk=node_id)
+    counts = {"finished": 0, "lost": 0, "stopped": 0}
+    expected = live_attempts_on_node(node_id=node_id)
+    with node_ssh(node) as session:
+        for live in expected:
+            if live.state != JobState.RUNNING:
+                continue  # STARTING: the launch task owns it; PREEMPTING: the stop task
+            status = _attempt_status(session, job_id=live.job_id, attempt=live.attempt)
+            try:
+                if status.state == "exited" and status.exit_code is not None:
+                    job_finish(job_id=live.job_id, exit_code=status.exit_code)
+                    counts["finished"] += 1
+                elif status.state == "vanished":
+                    job_finish(
+                        job_id=live.job_id,
+                        exit_code=VANISHED_EXIT_CODE,
+                        message=f"The process on {node.name} was killed without an exit status.",
+                    )
+                    counts["finished"] += 1
+                elif status.state == "unknown":
+                    _lose_and_requeue(
+                        job_id=live.job_id,
+                        attempt=live.attempt,
+                        message=f"Node {node.name} does not know this attempt.",
+                    )
+                    counts["lost"] += 1
+            except ApplicationError as exc:
+                logger.info("Poll left job %s alone: %s", live.job_id, exc)
+        counts["stopped"] = len(_stop_stale(session, keep=expected, grace_seconds=grace_seconds))
+    return counts
+
+
+def _running_on_node(session: NodeSession) -> list[tuple[int, int]]:
+    if session.node.runtime == Runtime.DOCKER:
+        result = session.run(shlex.join(runtimes.docker_list_argv()))
+        names = result.stdout.split()
+    else:
+        result = session.run(runtimes.wrapped_list_script(settings.GPULAB_NODE_RUN_ROOT))
+        names = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+    return [parsed for name in names if (parsed := runtimes.parse_attempt_name(name))]
+
+
+def _stop_stale(
+    session: NodeSession, *, keep: list[LiveAttempt], grace_seconds: int
+) -> list[tuple[int, int]]:
+    wanted = {(live.job_id, live.attempt) for live in keep}
+    stale = [pair for pair in _running_on_node(session) if pair not in wanted]
+    for job_id, attempt in stale:
+        logger.warning(
+            "Stopping stale attempt %s of job %s on %s.", attempt, job_id, session.node.name
+        )
+        _stop_attempt(session, job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+    return stale
+
+
+def agent_logs_tail(*, job_id: int, stream: str = "stdout", max_bytes: int = 65536) -> str:
+    """The last `max_bytes` of the current attempt's stdout or stderr, read on the node."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.attempt == 0:
+        raise NotFound(f"Job {job_id} has not started, so it has no logs.")
+    node = node_of_attempt(job_id=job_id, attempt=job.attempt)
+    if node is None or node.simulated:
+        return ""
+    with node_ssh(node) as session:
+        if node.runtime == Runtime.DOCKER:
+            name = runtimes.attempt_name(job_id, job.attempt)
+            argv = runtimes.docker_logs_argv(name, max_lines=2000)
+            # docker logs replays the container's stdout on 1 and stderr on 2.
+            result = session.run(shlex.join(argv))
+            return (result.stdout if stream == "stdout" else result.stderr)[-max_bytes:]
+        script = runtimes.wrapped_logs_script(_run_dir(job_id, job.attempt), stream, max_bytes)
+        return session.run(script).stdout
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+AGENT_SOURCE = Path(__file__).resolve().parent / "node_agent"
+AGENT_FILES = ("__init__.py", "__main__.py", "collector.py", "simnvml.py")
+
+
+def node_agent_bootstrap(
+    *,
+    node_id: int,
+    control_plane_url: str,
+    python: str = "python3",
+    extra_args: tuple[str, ...] = (),
+) -> str:
+    """Install and (re)start the node agent on a node over SSH; returns its pid there.
+
+    1. A fresh agent token (older ones are revoked, so a stale agent stops counting).
+    2. The agent's files and the token (mode 600) are copied over SFTP into
+       GPULAB_NODE_AGENT_DIR; the agent needs only Python and, on GPU nodes, pynvml.
+    3. A running agent (agent.pid) is stopped and a new one started, detached, logging
+       to agent.log. Fails with the log's tail if it dies at once.
+    For a permanent install, run the same command line from a systemd unit instead.
+    """
+    from .heartbeats import node_agent_token_create  # heartbeats imports this module
+
+    node = Node.objects.get(pk=node_id)
+    _, key = node_agent_token_create(node_id=node.pk)
+    agent_dir = settings.GPULAB_NODE_AGENT_DIR.rstrip("/")
+    quoted = shlex.quote(agent_dir)
+    argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token",
+            *extra_args]  # fmt: skip
+    with node_ssh(node) as session:
+        session.run(f"mkdir -p {quoted}/node_agent && chmod 700 {quoted}")
+        sftp = session.client.open_sftp()
+        try:
+            for name in AGENT_FILES:
+                sftp.put(str(AGENT_SOURCE / name), f"{agent_dir}/node_agent/{name}")
+            with sftp.open(f"{agent_dir}/token", "w") as token_file:
+                token_file.write(key)
+            sftp.chmod(f"{agent_dir}/token", 0o600)
+        finally:
+            sftp.close()
+        result = session.run(
+            f"cd {quoted} && "
+            'if [ -s agent.pid ]; then kill "$(cat agent.pid)" 2>/dev/null; fi; '
+            f"{shlex.join(['setsid', *argv])} < /dev/null > agent.log 2>&1 & "
+            "echo $! > agent.pid; sleep 1; "
+            'if kill -0 "$(cat agent.pid)" 2>/dev/null; then cat agent.pid; '
+            "else tail -20 agent.log >&2; exit 1; fi"
+        )
+    if result.exit_status != 0:
+        raise ApplicationError(f"The agent on {node.name} did not start: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+# --------------------------------------------------------------------------- host keys
+
+
+def node_host_key_approve(*, key_id: int, by: User) -> NodeHostKey:
+    """Trust this host key for its node, and only this one (older keys are removed)."""
+    with transaction.atomic():
+        key = NodeHostKey.objects.select_for_update().filter(pk=key_id).first()
+        if key is None:
+            raise NotFound(f"Host key {key_id} does not exist.")
+        NodeHostKey.objects.filter(node_id=key.node_id).exclude(pk=key.pk).delete()
+        key.approved_by = by
+        key.approved_at = timezone.now()
+        key.save(update_fields=["approved_by", "approved_at"])
+    logger.info("Host key %s of node %s approved by %s.", key.fingerprint, key.node_id, by)
+    return key
+
+
+# --------------------------------------------------------------------------- liveness
+
+
+def _return_state_for(state: str) -> str:
+    """Where a node taken DOWN for silence or unreachability goes when it answers again:
+    a drain an admin asked for survives the outage; UP and SUSPECT return to UP."""
+    if state in {NodeState.DRAINING, NodeState.DRAINED}:
+        return state
+    if state == NodeState.DOWN:
+        return ""  # already down (perhaps by an admin): do not volunteer a way back
+    return NodeState.UP
+
+
+def _node_set_state(
+    *,
+    node_id: int,
+    to_state: NodeState | str,
+    reason: str,
+    expected: list[str] | None = None,
+    return_state: str = "",
+) -> bool:
+    """Conditional UPDATE of a node's state; False when it was not in `expected`."""
+    nodes = Node.objects.filter(pk=node_id)
+    if expected is not None:
+        nodes = nodes.filter(state__in=expected)
+    return nodes.update(state=to_state, state_reason=reason[:255], return_state=return_state) == 1
+
+
+def _lose_and_requeue(*, job_id: int, attempt: int, message: str) -> None:
+    """STARTING/RUNNING → LOST → PENDING (PREEMPTING → PENDING): not charged as a retry."""
+    job = Job.objects.filter(pk=job_id, attempt=attempt).only("state").first()
+    if job is None:
+        return
+    try:
+        if job.state in {JobState.STARTING, JobState.RUNNING}:
+            job_mark_lost(job_id=job_id, message=message)
+            job_requeue(job_id=job_id, message=f"{message} Requeued.")
+        elif job.state == JobState.PREEMPTING:
+            job_requeue(job_id=job_id, message=f"{message} Requeued.")
+    except ApplicationError as exc:  # moved on meanwhile
+        logger.info("Job %s left alone: %s", job_id, exc)
+
+
+def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, list[str]]:
+    """Mark silent nodes SUSPECT, then DOWN, and requeue the jobs of DOWN nodes.
+
+    Only real nodes that have sent at least one heartbeat are judged (a node never seen
+    has no agent yet). `now` is injected so tests control the clock.
+    1. UP nodes silent for GPULAB_NODE_SUSPECT_SECONDS → SUSPECT: nothing new starts
+       there, running jobs are left alone (a network blip should not kill them).
+    2. Any node silent for GPULAB_NODE_DOWN_SECONDS → DOWN; its live attempts become LOST
+       and are requeued, not charged against the owner's retries.
+    Returns the names of the nodes moved, by new state.
+    """
+    now = now or timezone.now()
+    suspect_before = now - timedelta(seconds=settings.GPULAB_NODE_SUSPECT_SECONDS)
+    down_before = now - timedelta(seconds=settings.GPULAB_NODE_DOWN_SECONDS)
+    real = Node.objects.filter(simulated=False, last_heartbeat_at__isnull=False)
+    moved: dict[str, list[str]] = {"suspect": [], "down": []}
+    for node in real.filter(state=NodeState.UP, last_heartbeat_at__lt=suspect_before):
+        seconds = int((now - node.last_heartbeat_at).total_seconds())
+        if _node_set_state(
+            node_id=node.pk,
+            to_state=NodeState.SUSPECT,
+            reason=f"No heartbeat for {seconds} s.",
+            expected=[NodeState.UP],
+        ):
+            moved["suspect"].append(node.name)
+    silent = real.filter(last_heartbeat_at__lt=down_before).exclude(state=NodeState.DOWN)
+    for node in silent:
+        seconds = int((now - node.last_heartbeat_at).total_seconds())
+        reason = f"No heartbeat for {seconds} s."
+        if not _node_set_state(
+            node_id=node.pk,
+            to_state=NodeState.DOWN,
+            reason=reason,
+            expected=[node.state],
+            return_state=_return_state_for(node.state),
+        ):
+            continue
+        moved["down"].append(node.name)
+        for live in live_attempts_on_node(node_id=node.pk):
+            _lose_and_requeue(
+                job_id=live.job_id,
+                attempt=live.attempt,
+                message=f"Node {node.name} went down ({reason.lower()[:-1]}).",
+            )
+    return moved
+
+
+def node_heartbeat_seen(*, node_id: int, now: datetime | None = None) -> bool:
+    """Record a heartbeat. A SUSPECT node is UP again at once (it lost nothing); a DOWN
+    node that lost its jobs stays DOWN until `node_return_reconcile` has stopped its
+    stale attempts. Returns True when the node needs that reconcile."""
+    now = now or timezone.now()
+    Node.objects.filter(pk=node_id).update(last_heartbeat_at=now)
+    _node_set_state(node_id=node_id, to_state=NodeState.UP, reason="", expected=[NodeState.SUSPECT])
+    # Only a node the sweep took down comes back by itself; an admin's DOWN stays.
+    return (
+        Node.objects.filter(pk=node_id, state=NodeState.DOWN, last_heartbeat_at__isnull=False)
+        .exclude(return_state="")
+        .exists()
+    )
+
+
+def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tuple[int, int]]:
+    """A DOWN node is back: stop every attempt still running there (all were requeued
+    when it went down, so each is stale), then put the node back UP.
+
+    Stale attempts are stopped before the node rejoins the pool, so a new attempt never
+    shares its GPUs with an old one. Returns the (job, attempt) pairs stopped.
+    """
+    node = Node.objects.get(pk=node_id)
+    with node_ssh(node) as session:
+        stale = _stop_stale(
+            session, keep=live_attempts_on_node(node_id=node_id), grace_seconds=grace_seconds
+        )
+    back_to = node.return_state or NodeState.UP
+    reason = node.state_reason if back_to != NodeState.UP else ""
+    _node_set_state(node_id=node_id, to_state=back_to, reason=reason, expected=[NodeState.DOWN])
+    return stale

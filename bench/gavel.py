@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail-hours", type=float, default=400.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--output", default=str(RESULTS))
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep runs of other (cell, rate) pairs already in the output file",
+    )
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     cells = [c for c in args.cells.split(",") if c]
@@ -104,9 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Gavel heterogeneity experiment: jobs {w0}-{w1 - 1}, seed {args.seed}, hours")
     print(f"{'policy':24} {'jobs/h':>6} {'avg JCT':>10} {'worst JCT':>10} {'wall s':>7}")
     for run in runs:
+        avg, worst = _hours(run.avg_jct_hours), _hours(run.worst_jct_hours)
+        if run.unfinished:
+            # Censored at the horizon: lower bounds, with how many never finished.
+            avg = f">={run.extra['avg_jct_lower_bound_hours']:.1f}"
+            worst = f">={run.extra['worst_jct_lower_bound_hours']:.1f}"
+        note = f"  ({run.unfinished} window jobs unfinished)" if run.unfinished else ""
         print(
-            f"{run.label:24} {run.jobs_per_hour:6.1f} {_hours(run.avg_jct_hours):>10} "
-            f"{_hours(run.worst_jct_hours):>10} {run.wall_seconds:7.0f}"
+            f"{run.label:24} {run.jobs_per_hour:6.1f} {avg:>10} {worst:>10} "
+            f"{run.wall_seconds:7.0f}{note}"
         )
     print("published anchors at 5.6 jobs/h (avg / worst):")
     for name, (avg, worst) in ANCHORS.items():
@@ -120,6 +131,18 @@ def main(argv: list[str] | None = None) -> int:
             return {k: clean(v) for k, v in value.items()}
         return value
 
+    rows = [clean(asdict(run)) for run in runs]
+    output = Path(args.output)
+    if args.merge and output.exists():
+        fresh = {(row["label"], row["jobs_per_hour"]) for row in rows}
+        kept = [
+            row
+            for row in json.loads(output.read_text()).get("runs", [])
+            if (row["label"], row["jobs_per_hour"]) not in fresh
+        ]
+        rows = kept + rows
+    order = {cell: index for index, cell in enumerate(CELLS)}
+    rows.sort(key=lambda row: (row["jobs_per_hour"], order.get(row["label"], 99)))
     payload = {
         "benchmark": "gavel",
         "setting": {
@@ -131,12 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         },
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "total_wall_seconds": total,
-        "runs": [clean(asdict(run)) for run in runs],
+        "last_invocation_wall_seconds": total,
+        "runs": rows,
         "anchors_5_6": {name: {"avg": a, "worst": w} for name, (a, w) in ANCHORS.items()},
-        "note": "unfinished (null) = a window job had not finished at the horizon",
+        "note": (
+            "avg/worst null = some window job had not finished at the horizon; "
+            "extra.*_lower_bound_hours then censor those jobs at the horizon"
+        ),
     }
-    output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {output}")

@@ -1,6 +1,9 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from .models import Device, DeviceType, Node
+from .services import node_drain, node_undrain
 
 
 class DeviceInline(admin.TabularInline):
@@ -10,10 +13,31 @@ class DeviceInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "address", "state", "runtime", "last_heartbeat_at", "simulated"]
+    list_display = [
+        "name",
+        "address",
+        "state",
+        "state_reason",
+        "runtime",
+        "last_heartbeat_at",
+        "simulated",
+    ]
     list_filter = ["state", "runtime", "simulated"]
     search_fields = ["name", "address"]
     inlines = [DeviceInline]
+    actions = ["drain", "undrain"]
+
+    @admin.action(description="Drain: no new jobs; running ones finish")
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        for node in queryset:
+            node_drain(node_id=node.pk, reason="from the admin", by_username=request.user.username)
+        self.message_user(request, f"Draining {queryset.count()} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Undrain: take new jobs again")
+    def undrain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        for node in queryset:
+            node_undrain(node_id=node.pk)
+        self.message_user(request, f"Undrained {queryset.count()} node(s).", messages.SUCCESS)
 
 
 @admin.register(DeviceType)

@@ -36,6 +36,10 @@ class Node(models.Model):
     runtime = models.CharField(max_length=16, choices=Runtime.choices, default=Runtime.DOCKER)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UP)
     state_reason = models.CharField(max_length=255, blank=True)
+    # Set only when the liveness sweep takes a node DOWN for silence: the state it returns
+    # to once it answers again (an admin's drain survives an outage). Empty when an admin
+    # set DOWN by hand: then heartbeats alone do not bring the node back.
+    return_state = models.CharField(max_length=16, choices=NodeState.choices, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     simulated = models.BooleanField(

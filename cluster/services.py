@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from .choices import DeviceKind, Runtime
+from .choices import DeviceKind, NodeState, Runtime
 from .models import Device, DeviceType, Node
 
 
@@ -64,3 +64,49 @@ def node_register(
                 },
             )
     return node
+
+
+# --------------------------------------------------------------------------- drain
+
+
+def node_drain(*, node_id: int, reason: str, by_username: str = "") -> Node:
+    """No new jobs on this node; running ones finish. DRAINED once nothing holds it.
+
+    The scheduler already places only on UP nodes, so this state change is the whole
+    mechanism; `node_drain_settle` notices when the last job has left.
+    """
+    who = f" by {by_username}" if by_username else ""
+    Node.objects.filter(pk=node_id, state__in=[NodeState.UP, NodeState.SUSPECT]).update(
+        state=NodeState.DRAINING, state_reason=f"Drained{who}: {reason}"[:255]
+    )
+    node_drain_settle()
+    return Node.objects.get(pk=node_id)
+
+
+def node_drain_settle() -> list[str]:
+    """DRAINING → DRAINED for every node whose devices no live attempt holds any more.
+
+    Returns the names of the nodes that became DRAINED.
+    """
+    # Imported here: jobs depends on cluster, not the other way round at import time.
+    from jobs.choices import HOLDING_STATES
+    from jobs.models import Allocation
+
+    busy = Allocation.objects.filter(ended_at__isnull=True, job__state__in=HOLDING_STATES).values(
+        "device__node_id"
+    )
+    idle = Node.objects.filter(state=NodeState.DRAINING).exclude(pk__in=busy)
+    names = list(idle.values_list("name", flat=True))
+    # The state filter repeats in the UPDATE, so an undrain in between wins.
+    Node.objects.filter(name__in=names, state=NodeState.DRAINING).exclude(pk__in=busy).update(
+        state=NodeState.DRAINED
+    )
+    return names
+
+
+def node_undrain(*, node_id: int) -> Node:
+    """DRAINING or DRAINED → UP: the node takes new jobs again."""
+    Node.objects.filter(pk=node_id, state__in=[NodeState.DRAINING, NodeState.DRAINED]).update(
+        state=NodeState.UP, state_reason=""
+    )
+    return Node.objects.get(pk=node_id)

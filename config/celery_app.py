@@ -29,4 +29,35 @@ app.conf.beat_schedule = {
         "schedule": 2.0,
         "options": {"expires": 2.0},
     },
+    # Demo nodes only: heartbeats from a simulated NVML through the real agent's collector.
+    "simulated-heartbeats": {
+        "task": "agents.simulated_heartbeats",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
+    # Real nodes over SSH: record attempts that exited, stop orphaned and stale ones.
+    "agents-poll": {
+        "task": "agents.poll_all",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
+    # Heartbeat liveness: silent nodes become SUSPECT (40 s), then DOWN (5 min), and the
+    # jobs of DOWN nodes are requeued.
+    "node-liveness": {
+        "task": "agents.liveness_sweep",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
+    # GPU metrics: per-minute roll-ups; raw samples kept 24 h, minutes 30 days.
+    "metrics-rollup": {
+        "task": "agents.metrics_rollup",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    # DRAINING nodes whose last job has left become DRAINED.
+    "node-drain-settle": {
+        "task": "agents.drain_settle",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
 }

@@ -12,6 +12,7 @@ urlpatterns = [
     path("account/", include("accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("jobs.api.urls")),
+    path("api/v1/agents/", include("agents.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -39,7 +39,7 @@ def start() -> threading.Thread:
 def _run_forever() -> None:
     import time
 
-    from agents.simulated import simulated_tick
+    from agents.simulated import simulated_heartbeats, simulated_tick
 
     from .choices import RoundTrigger
     from .selectors import scheduler_config_get
@@ -52,6 +52,7 @@ def _run_forever() -> None:
         try:
             config = scheduler_config_get()
             changes = simulated_tick(grace_seconds=config.preemption_grace_seconds)
+            simulated_heartbeats()  # GPU metrics for the demo; each node every 10 s
             now = time.monotonic()
             if event or changes or now >= next_round:
                 trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER

@@ -199,6 +199,25 @@ if GPULAB_SCHEDULER_MODE not in {"celery", "embedded", "off"}:
         f"GPULAB_SCHEDULER_MODE={GPULAB_SCHEDULER_MODE!r}: use celery, embedded or off"
     )
 
+# Node agents and launching over SSH (agents/). The control plane logs in to nodes with
+# this private key; host keys are trusted only once an admin approves them (NodeHostKey).
+GPULAB_SSH_KEY_FILE = env.str("GPULAB_SSH_KEY_FILE", default="")
+GPULAB_SSH_TIMEOUT_SECONDS = env_int("GPULAB_SSH_TIMEOUT_SECONDS", 10, minimum=1)
+GPULAB_SSH_CONNECT_ATTEMPTS = env_int("GPULAB_SSH_CONNECT_ATTEMPTS", 3, minimum=1)
+# A launch may pull a container image first.
+GPULAB_LAUNCH_TIMEOUT_SECONDS = env_int("GPULAB_LAUNCH_TIMEOUT_SECONDS", 600, minimum=10)
+# Where attempts' run directories (pid, stdout, stderr, exit_code) live on a node;
+# relative paths are relative to the SSH user's home.
+GPULAB_NODE_RUN_ROOT = env.str("GPULAB_NODE_RUN_ROOT", default=".gpulab/runs")
+# Where `manage.py node_bootstrap` installs the node agent (relative = the SSH user's home).
+GPULAB_NODE_AGENT_DIR = env.str("GPULAB_NODE_AGENT_DIR", default=".gpulab/agent")
+# Heartbeat liveness: a node silent this long is SUSPECT (nothing new starts), then DOWN
+# (its jobs are LOST and requeued).
+GPULAB_NODE_SUSPECT_SECONDS = env_int("GPULAB_NODE_SUSPECT_SECONDS", 40, minimum=1)
+GPULAB_NODE_DOWN_SECONDS = env_int("GPULAB_NODE_DOWN_SECONDS", 300, minimum=1)
+# Heartbeats accepted per node (agents send one every 10 s).
+GPULAB_AGENT_HEARTBEAT_RATE = env.str("GPULAB_AGENT_HEARTBEAT_RATE", default="30/min")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -27,12 +27,16 @@ What gpulab adds, and why:
   its cost difference between types is larger. Without enough history (fewer than
   `gittins_min_samples` finished jobs) the estimate is max(attained, prior median), the
   prior median being the history's median or the first queue threshold.
-- **Free devices only, D = 0.** The placer receives only free devices, so every slot has
-  D = 0; a job that would rather wait for a fast device than take a slow one lands at
-  position k ≥ 2 of a free fast device and is omitted (held) this round, exactly AlloX's
-  "commit only the first job of each sequence". Busy devices are not offered as slots: the
-  policy pass already decided who should run now, and waiting on a busy device's estimated
-  remaining time (a distribution mean, not a measurement) leaves free devices idle.
+- **D: free devices in the pass, busy devices in the window step.** As the pass calls it
+  today, the placer gets only the jobs it chose (one job for one free K80), so every slot is
+  a free device (D = 0): a job that would rather wait for a fast device lands at position
+  k ≥ 2 of a free one and is held this round, AlloX's "commit only the first job of each
+  sequence". Offering busy devices there would only leave the free device idle, since no
+  other job is on offer. The window step (`allox_rematch`, below) has alternatives for every
+  free device, and there every device held by a running job is also a slot of its type with
+  D = that job's expected remaining time / its speed: the free device goes to the job that
+  loses most by waiting for another type, which is comparative advantage (Gavel's point),
+  and no job crawls on a device 10× slower than one that frees soon.
 - **Aggregated slots.** Identical devices are interchangeable, so slots are kept per device
   type with multiplicity: type t with C_t free devices offers positions k = 1, 1, ..., 2, ...
   (C_t copies each), n columns per type for n candidate jobs. The matrix is n × (types × n)
@@ -47,6 +51,15 @@ What gpulab adds, and why:
   GPUs) × (speed on the held type / speed on the job's fastest type), so a job parked on its
   slow device counts for less; only jobs of the ⌈α × users⌉ lowest-L users are matched, and α
   doubles while nothing can be placed, until it exceeds 1. Equal scores keep priority order.
+
+**Window step (proposal for the pass, `allox_rematch`).** Gavel's gain comes from choosing,
+among many waiting jobs, the one that suits the device that freed; a pass that hands the
+placer exactly as many jobs as free devices leaves nothing to choose. `allox_rematch` takes
+the pass's decisions and re-places them over the pass's starts plus the jobs held only for
+lack of capacity (priority order, `allox_window` of them), keeping the pass's priorities in
+the estimate (fresh jobs have the smallest expected remaining service) and its queue changes
+and preemptions (a preemption no start uses is dropped). Measured on Gavel's experiment in
+bench/README-gavel.md; it is meant to become run_pass step 3 for ALLOX placement.
 
 Deterministic: ties in cost fall to the earlier job in priority order, then the faster type
 (then type name); devices are taken lowest id first within the chosen pools.
@@ -67,6 +80,7 @@ from scheduler.core.types import (
     Device,
     Hold,
     Job,
+    JobPhase,
     PlacementKind,
     Reason,
     ReasonCode,
@@ -170,19 +184,25 @@ def user_scores(snapshot: Snapshot) -> dict[str, float]:
     speeds = _type_speeds(snapshot.devices)
     device_by_id = snapshot.device_by_id
     scores: dict[str, float] = {}
+    # Jobs of one model share their speeds: cache (throughputs, accepted, type) -> ratio.
+    ratios: dict[tuple[tuple[tuple[str, float], ...], tuple[str, ...], str], float] = {}
     for job in snapshot.jobs:
-        if not job.is_running or not job.devices:
+        if job.phase is not JobPhase.RUNNING or not job.devices:
             continue
         held = device_by_id.get(job.devices[0])
         share = len(job.devices) / total
         if held is not None:
-            current = job_speed(job, held.device_type, held.speed)
-            best = max(
-                (job_speed(job, t, s) for t, s in speeds.items() if _accepts(job, t)),
-                default=current,
-            )
-            if best > 0:
-                share *= current / best
+            key = (job.throughputs, job.accepted_types, held.device_type)
+            ratio = ratios.get(key)
+            if ratio is None:
+                current = job_speed(job, held.device_type, held.speed)
+                best = max(
+                    (job_speed(job, t, s) for t, s in speeds.items() if _accepts(job, t)),
+                    default=current,
+                )
+                ratio = current / best if best > 0 else 1.0
+                ratios[key] = ratio
+            share *= ratio
         scores[job.user] = scores.get(job.user, 0.0) + share
     return scores
 
@@ -243,9 +263,15 @@ class Variant:
 
     offer_busy: bool = False
     normalize_to_best: bool = False
+    remaining_from: str = "attained"  # "attained" | "queue_key" | "none" (processing_times)
 
 
+# The pass's placer sees only the jobs it chose, so a delayed slot can only leave a free
+# device idle: free devices only. The window step (`allox_rematch`) has alternatives for
+# every free device, and there AlloX's D term is what steers each job to the type it loses
+# least on (bench/README-gavel.md: 5.6 jobs/h, window queueing 41 h -> 13 h).
 VARIANT = Variant()
+WINDOW_VARIANT = Variant(offer_busy=True)
 
 
 def place(
@@ -269,10 +295,12 @@ def place(
     fitting = [job for job in jobs if _fits_somewhere(job, classes)]
     if not fitting:
         return {}
-    scores = user_scores(snapshot)
+    # L only matters when α can exclude someone.
+    several = len({job.user for job in fitting}) > 1
+    scores = user_scores(snapshot) if several and settings.allox_alpha < 1 else {}
     for admitted in _admitted_users(fitting, scores, settings.allox_alpha):
         candidates = [job for job in fitting if job.user in admitted][:window]
-        assignment = _match_types(candidates, classes, estimator, best)
+        assignment = _match_types(candidates, classes, estimator, best, variant.remaining_from)
         placements = _commit(candidates, assignment, classes, pools)
         if placements:
             return placements
@@ -354,12 +382,26 @@ def _fits_somewhere(job: Job, classes: Sequence[_TypeClass]) -> bool:
 
 
 def processing_times(
-    jobs: Sequence[Job], classes: Sequence[_TypeClass], estimator: RemainingService
+    jobs: Sequence[Job],
+    classes: Sequence[_TypeClass],
+    estimator: RemainingService,
+    remaining_from: str = "attained",
 ) -> np.ndarray:
-    """p[j, c]: expected remaining wall seconds of job j on class c (inf where it cannot run)."""
+    """p[j, c]: expected remaining wall seconds of job j on class c (inf where it cannot run).
+
+    `remaining_from` picks what the size estimate is conditioned on (a `Variant` knob):
+    "attained" (whole-life service, the spec), "queue_key" (service since the last promotion,
+    so a job promoted for starvation competes as a fresh one), "none" (the same estimate for
+    every job: the matching then weighs only speeds, ties by priority).
+    """
     p = np.full((len(jobs), len(classes)), np.inf)
     for row, job in enumerate(jobs):
-        remaining = estimator.expected(job.attained_service)
+        if remaining_from == "none":
+            remaining = estimator.expected(0.0)
+        elif remaining_from == "queue_key":
+            remaining = estimator.expected(job.service_since_promotion)
+        else:
+            remaining = estimator.expected(job.attained_service)
         for col, cls in enumerate(classes):
             if _runs_on(job, cls):
                 speed = job_speed(job, cls.device_type, cls.speed)
@@ -376,6 +418,7 @@ def _match_types(
     classes: Sequence[_TypeClass],
     estimator: RemainingService,
     best: dict[int, float] | None = None,
+    remaining_from: str = "attained",
 ) -> list[_Slot]:
     """Hungarian assignment of jobs to (type, position) slots.
 
@@ -390,7 +433,7 @@ def _match_types(
     n = len(jobs)
     if n == 0:
         return []
-    p = processing_times(jobs, classes, estimator)
+    p = processing_times(jobs, classes, estimator, remaining_from)
     if best is not None:
         p = p * np.array([best.get(job.id, 1.0) for job in jobs])[:, None]
     rank = 1.0 + _RANK_EPSILON * np.arange(n)[:, None]
@@ -466,7 +509,7 @@ def _commit(
     return placements
 
 
-# --------------------------------------------------------------------------- proposal
+# --------------------------------------------------------------------------- window step
 # The policy pass hands the placer only the jobs that fit the free devices in priority
 # order (one job for one free K80), so AlloX can only permute types among them. AlloX's
 # gain comes from choosing, among a window of waiting jobs, the one that loses least on the
@@ -536,7 +579,7 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
                 job = replace(job, accepted_types=allowed)
         candidates.append(job)
 
-    placed = allox_place(candidates, free, snapshot)
+    placed = place(candidates, free, snapshot, variant=WINDOW_VARIANT)
     device_by_id = snapshot.device_by_id
     starts: list[Start] = []
     for job in candidates:

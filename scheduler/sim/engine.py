@@ -6,7 +6,8 @@ QueueChange); the policy (`scheduler.policies.decide`) owns every choice. One ro
 1. advance every active job to `now` with `scheduler.core.accounting`'s arithmetic (the
    same the live loop uses; `advance_job` is its allocation-light twin, tested equal);
 2. freeze a `Snapshot` and call `decide(snapshot)`;
-3. check the decisions with `scheduler.core.invariants.check_decisions` (optional);
+3. check the decisions with `scheduler.core.invariants.check_decisions` (`policies.decide`
+   does; `SimConfig(check_invariants=False)` calls the registered policy directly);
 4. apply them: preemptions, then queue changes, then starts.
 
 When rounds happen
@@ -20,8 +21,11 @@ the moments a timer round could decide differently without an event:
 
 With `tick > 0` (default 10 s, the live timer) those timer moments are rounded up to the
 next multiple of `tick`, exactly when the live loop's periodic round would notice them;
-rounds where nothing can change are skipped, which is what makes a 20,000-job trace cheap.
-Reference mode uses `tick = 0` (decide at the exact crossing time).
+timer rounds where nothing can change never happen, which is what makes a 20,000-job trace
+cheap. Event rounds with no waiting job and no timer moment due are skipped too (nothing to
+start, and no policy preempts without a waiting job; test_engine checks the results are
+identical). Reference mode uses `tick = 0` (decide at the exact crossing time), like the
+public Tiresias simulator, whose loop also wakes at arrivals, completions and queue jumps.
 
 Work, speed and restore cost
 ----------------------------
@@ -46,7 +50,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from scheduler.core import accounting
 from scheduler.core.types import (
@@ -113,7 +117,6 @@ class SimResult:
     wall_seconds: float = 0.0
     unfinished: int = 0
     stop_reason: str = "all jobs finished"
-    meta: dict[str, object] = field(default_factory=dict)
 
 
 class _Active:
@@ -197,11 +200,19 @@ def advance_job(job: Job, dt: float, speed_sum: float, total_work: float | None)
             job.queue_level, job.queue_entered_at, job.started_at, job.model,
             job.throughputs, job.preemptible, total_work,
         )  # fmt: skip
+    # accounting.advance_pending: the wait counts only once the job has run since its
+    # last promotion (the reference's `last_pending_time`); otherwise nothing changes and
+    # the same object is reused (most waiting jobs on a contended trace).
+    waiting = job.waiting_since_promotion
+    if job.executed_since_promotion > 0:
+        waiting += dt
+    elif total_work == job.total_work:
+        return job
     return Job(
         job.id, job.user, job.group, job.num_gpus, job.submit_time, job.phase,
         job.accepted_types, job.consolidation, job.devices, job.attained_service,
         job.service_since_promotion, job.executed_since_promotion,
-        job.waiting_since_promotion + dt, job.queue_level, job.queue_entered_at,
+        waiting, job.queue_level, job.queue_entered_at,
         job.started_at, job.model, job.throughputs, job.preemptible, total_work,
     )  # fmt: skip
 

@@ -149,6 +149,8 @@ def test_a_student_cannot_open_the_django_admin(owner, lab_admin):
         "/admin/accounts/user/",
         "/admin/accounts/labgroup/",
         "/admin/accounts/apitoken/",
+        "/admin/scheduler/schedulerconfig/",
+        "/admin/scheduler/schedulinground/",
     ],
 )
 def test_every_model_has_a_working_admin_page(lab_admin, owner, path):

@@ -109,3 +109,29 @@ def test_a_burst_of_submissions_is_coalesced_into_a_few_rounds(
     time.sleep(3)  # let any straggling requested round run
     rounds = SchedulingRound.objects.filter(trigger=RoundTrigger.EVENT).count()
     assert 1 <= rounds <= 10, f"{rounds} rounds for 100 submissions"
+
+
+def test_a_higher_queue_job_preempts_through_worker_rounds_and_keeps_service(
+    celery_worker, owner, outsider, api_as, settings
+):
+    from agents.simulated import simulated_tick
+    from tests.scheduler.livefixtures import age_job
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    configure(placement="best-fit", round_interval_seconds=3600, queue_thresholds=[3600.0])
+    simulated_cluster(nodes=1, gpus_per_node=4)
+    veteran = api_as(owner).post("/api/v1/jobs/", SUBMIT, format="json").json()["id"]
+    wait_for(lambda: Job.objects.get(pk=veteran).state == JobState.RUNNING, what="veteran running")
+    age_job(veteran, seconds=7200)  # 28,800 GPU·s: queue 1, past the minimum runtime
+
+    newcomer = api_as(outsider).post("/api/v1/jobs/", SUBMIT, format="json").json()["id"]
+    wait_for(lambda: Job.objects.get(pk=veteran).state == JobState.PREEMPTING, what="preemption")
+    simulated_tick(grace_seconds=0)  # checkpoint taken: requeue, which requests a round
+    wait_for(
+        lambda: Job.objects.get(pk=newcomer).state == JobState.RUNNING, what="newcomer running"
+    )
+    preempted = Job.objects.get(pk=veteran)
+    assert preempted.state == JobState.PENDING
+    assert preempted.preemption_count == 1
+    assert preempted.attained_service == pytest.approx(4 * 7200, rel=0.01)
+    assert_consistent()

@@ -195,7 +195,9 @@ def test_a_round_that_cannot_take_the_lock_says_so_and_changes_nothing(owner, cl
         assert scheduling_round.outcome == RoundOutcome.LOCKED
         assert not Allocation.objects.exists()
     finally:
-        holder.close()  # closing the session releases its advisory lock
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [ROUND_LOCK_KEY])
+        holder.close()
     assert scheduling_round_run().outcome == RoundOutcome.APPLIED
 
 
@@ -227,3 +229,34 @@ def test_two_rounds_started_together_never_both_apply(owner, cluster, monkeypatc
     assert sorted(outcomes) == [RoundOutcome.APPLIED, RoundOutcome.LOCKED]
     assert SchedulingRound.objects.filter(outcome=RoundOutcome.APPLIED).get().starts == 1
     assert_consistent()
+
+
+@pytest.mark.django_db
+def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refused(lab_admin):
+    from django.test import Client
+
+    configure()
+    client = Client()
+    client.force_login(lab_admin)
+    form = {
+        "policy": "gittins", "placement": "best-fit", "queue_thresholds": "[1800, 7200]",
+        "promote_knob": "4", "min_runtime_seconds": "60", "restore_cost_seconds": "30",
+        "fairness": "0.5", "allox_alpha": "0.5", "allox_window": "50",
+        "round_interval_seconds": "5", "preemption_grace_seconds": "10",
+    }  # fmt: skip
+    response = client.post("/admin/scheduler/schedulerconfig/1/change/", form)
+    assert response.status_code == 302
+    from scheduler.selectors import scheduler_config_get, scheduler_settings_from
+
+    settings = scheduler_settings_from(scheduler_config_get())
+    assert (settings.policy, settings.queue_thresholds, settings.promote_knob) == (
+        "gittins",
+        (1800.0, 7200.0),
+        4.0,
+    )
+    bad = client.post(
+        "/admin/scheduler/schedulerconfig/1/change/", {**form, "queue_thresholds": "[7200, 1800]"}
+    )
+    assert bad.status_code == 200
+    assert "strictly ascending" in bad.content.decode()
+    assert scheduler_config_get().queue_thresholds == [1800, 7200]

@@ -176,9 +176,10 @@ def test_every_job_finishes_and_its_time_adds_up(
     speed=st.floats(min_value=0, max_value=64),
     running=st.booleans(),
     service=st.floats(min_value=0, max_value=1e7),
+    executed=st.sampled_from([0.0, 11.0]),
 )
 def test_the_fast_advance_equals_core_accounting(
-    dt: float, speed: float, running: bool, service: float
+    dt: float, speed: float, running: bool, service: float, executed: float
 ) -> None:
     from dataclasses import replace
 
@@ -190,7 +191,7 @@ def test_the_fast_advance_equals_core_accounting(
         id=7, user="u", group="g", num_gpus=4, submit_time=1.0,
         phase=JobPhase.RUNNING if running else JobPhase.PENDING,
         devices=(0, 1, 2, 3) if running else (), attained_service=service,
-        service_since_promotion=service / 2, executed_since_promotion=11.0,
+        service_since_promotion=service / 2, executed_since_promotion=executed,
         waiting_since_promotion=5.0, queue_level=1, queue_entered_at=3.0,
         started_at=2.0 if running else None, model="m", throughputs=(("a", 1.5),),
         total_work=99.0,
@@ -201,6 +202,7 @@ def test_the_fast_advance_equals_core_accounting(
         else accounting.advance_pending(base, dt)
     )
     assert advance_job(base, dt, speed, 123.0) == replace(expected, total_work=123.0)
+    assert advance_job(base, dt, speed, base.total_work) == replace(expected, total_work=99.0)
 
 
 @settings(max_examples=10, deadline=None)
@@ -230,6 +232,9 @@ def test_skipping_idle_rounds_changes_nothing(
             config=SimConfig(tick=10.0, check_invariants=True, skip_idle_rounds=skip),
         )
         outcomes.append(
-            [(r.id, r.finish_time, r.preemptions, r.demotions, r.promotions) for r in result.records]
+            [
+                (r.id, r.finish_time, r.preemptions, r.demotions, r.promotions)
+                for r in result.records
+            ]
         )
     assert outcomes[0] == outcomes[1]

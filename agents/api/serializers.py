@@ -1,0 +1,46 @@
+"""The heartbeat's shape, validated field by field (what `NvmlCollector.collect` sends)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+MAX_GPUS = 64
+MAX_PROCESSES = 256
+
+
+class ProcessInput(serializers.Serializer):
+    pid = serializers.IntegerField(min_value=0)
+    used_memory_mb = serializers.IntegerField(min_value=0)
+    job_id = serializers.IntegerField(min_value=1, allow_null=True, required=False, default=None)
+    attempt = serializers.IntegerField(min_value=1, allow_null=True, required=False, default=None)
+
+
+class GpuInput(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=MAX_GPUS - 1)
+    uuid = serializers.RegexField(r"^[A-Za-z0-9-]{1,64}$")
+    name = serializers.CharField(max_length=128)
+    memory_total_mb = serializers.IntegerField(min_value=0)
+    memory_used_mb = serializers.IntegerField(min_value=0)
+    utilization_pct = serializers.IntegerField(min_value=0, max_value=100, allow_null=True)
+    temperature_c = serializers.IntegerField(min_value=-50, max_value=200, allow_null=True)
+    power_w = serializers.FloatField(min_value=0, max_value=5000, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, allow_null=True)
+    xid_errors = serializers.ListField(
+        child=serializers.IntegerField(min_value=0), max_length=1000, default=list
+    )
+    processes = serializers.ListField(child=ProcessInput(), max_length=MAX_PROCESSES)
+
+
+class HeartbeatInput(serializers.Serializer):
+    hostname = serializers.CharField(max_length=255, required=False, default="")
+    agent_version = serializers.CharField(max_length=32, required=False, default="")
+    driver_version = serializers.CharField(max_length=64, allow_blank=True)
+    cuda_version = serializers.CharField(max_length=32, allow_blank=True)
+    gpus = serializers.ListField(child=GpuInput(), max_length=MAX_GPUS)
+
+    def validate_gpus(self, gpus: list[dict]) -> list[dict]:
+        uuids = [gpu["uuid"] for gpu in gpus]
+        indexes = [gpu["index"] for gpu in gpus]
+        if len(set(uuids)) != len(uuids) or len(set(indexes)) != len(indexes):
+            raise serializers.ValidationError("Each GPU UUID and index may appear once.")
+        return gpus

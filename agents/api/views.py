@@ -1,0 +1,85 @@
+"""The heartbeat endpoint node agents post to, authenticated by a per-node token."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.utils import extend_schema
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
+
+from config.errors import ValidationFailed
+from jobs.selectors import job_get_for_user
+
+from ..heartbeats import agent_heartbeat_record, node_agent_token_check
+from ..services import agent_logs_tail
+from .serializers import HeartbeatInput
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+class NodeAgentAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer <node token>`; `request.auth` is the node."""
+
+    def authenticate(self, request):  # type: ignore[no-untyped-def]
+        header = authentication.get_authorization_header(request).split()
+        if len(header) != 2 or header[0].lower() != b"bearer":
+            raise exceptions.AuthenticationFailed("Send 'Authorization: Bearer <node token>'.")
+        try:
+            key = header[1].decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise exceptions.AuthenticationFailed("Token contains invalid characters.") from exc
+        node = node_agent_token_check(key=key)
+        if node is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked node token.")
+        return AnonymousUser(), node
+
+    def authenticate_header(self, request) -> str:  # type: ignore[no-untyped-def]
+        return "Bearer"
+
+
+class IsNodeAgent(permissions.BasePermission):
+    def has_permission(self, request, view) -> bool:  # type: ignore[no-untyped-def]
+        return request.auth is not None
+
+
+class PerNodeThrottle(SimpleRateThrottle):
+    """A misbehaving agent (or a leaked token) cannot flood the database: limit per node."""
+
+    scope = "agent_heartbeat"
+
+    def get_rate(self) -> str:
+        return settings.GPULAB_AGENT_HEARTBEAT_RATE
+
+    def get_cache_key(self, request, view) -> str:  # type: ignore[no-untyped-def]
+        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+
+
+class AgentHeartbeatApi(APIView):
+    authentication_classes = [NodeAgentAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [PerNodeThrottle]
+
+    @extend_schema(summary="Node agent heartbeat", request=HeartbeatInput, responses={200: dict})
+    def post(self, request: Request) -> Response:
+        serializer = HeartbeatInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = agent_heartbeat_record(node=request.auth, heartbeat=serializer.validated_data)
+        return Response(result)
+
+
+class JobLogsApi(APIView):
+    """The tail of the current attempt's stdout or stderr, read from the node (while it
+    runs, too). Students see their own jobs' logs; admins any."""
+
+    @extend_schema(summary="Job logs (tail)", responses={200: dict})
+    def get(self, request: Request, job_id: int) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        stream = request.query_params.get("stream", "stdout")
+        if stream not in {"stdout", "stderr"}:
+            raise ValidationFailed({"stream": ["Choose stdout or stderr."]})
+        text = agent_logs_tail(job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES)
+        return Response({"job": job.pk, "attempt": job.attempt, "stream": stream, "text": text})

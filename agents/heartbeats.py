@@ -1,0 +1,272 @@
+"""Heartbeats from node agents: tokens, recording a heartbeat, and metric retention.
+
+Services (writes) of the agents app, kept apart from `services.py` (SSH launching) because
+nothing here talks to a node: a heartbeat arrives over HTTP and only rows change.
+
+Retention: raw samples for `RAW_RETENTION` (24 h), per-minute roll-ups for
+`MINUTE_RETENTION` (30 days). Per-job use (`JobGpuSample`) is stored apart from
+allocation (`jobs.Allocation`): a job can hold a GPU and leave it idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Avg, Count, Max
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from accounts.services import token_digest
+from cluster.choices import NodeState
+from cluster.models import Device, DeviceType, Node
+from cluster.services import node_drain
+from config.errors import NotFound
+from jobs.models import Allocation
+
+from .models import GpuMinute, GpuSample, JobGpuMinute, JobGpuSample, NodeAgentToken
+from .services import node_heartbeat_seen, ssh_dispatch_enabled
+
+logger = logging.getLogger(__name__)
+
+RAW_RETENTION = timedelta(hours=24)
+MINUTE_RETENTION = timedelta(days=30)
+TOKEN_PREFIX = "gpn_"
+
+
+def node_agent_token_create(*, node_id: int) -> tuple[NodeAgentToken, str]:
+    """A new agent token for the node (older ones revoked); the key is shown only once."""
+    if not Node.objects.filter(pk=node_id).exists():
+        raise NotFound(f"Node {node_id} does not exist.")
+    key = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        NodeAgentToken.objects.filter(node_id=node_id, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        token = NodeAgentToken.objects.create(node_id=node_id, digest=token_digest(key))
+    return token, key
+
+
+def node_agent_token_check(*, key: str) -> Node | None:
+    """The node a (non-revoked) agent token belongs to, or None."""
+    token = (
+        NodeAgentToken.objects.select_related("node")
+        .filter(digest=token_digest(key), revoked_at__isnull=True)
+        .first()
+    )
+    return token.node if token else None
+
+
+def _device_type_for(model_name: str) -> DeviceType:
+    """The device type whose name appears in NVML's model name (`a100` in "NVIDIA
+    A100-SXM4-80GB"), longest match first; otherwise a new type at speed 1.0 for an
+    admin to adjust."""
+    lowered = model_name.lower()
+    for device_type in sorted(DeviceType.objects.all(), key=lambda t: -len(t.name)):
+        if device_type.name in lowered.replace(" ", ""):
+            return device_type
+    slug = re.sub(r"[^a-z0-9]+", "-", lowered.replace("nvidia", "")).strip("-")[:32] or "gpu"
+    device_type, _ = DeviceType.objects.get_or_create(
+        name=slug, defaults={"display_name": model_name[:64], "speed": 1.0}
+    )
+    return device_type
+
+
+def _register_devices(node: Node, gpus: list[dict[str, Any]]) -> dict[str, Device]:
+    """Devices register themselves: matched by UUID, created or moved to this node."""
+    devices: dict[str, Device] = {}
+    for gpu in gpus:
+        device = Device.objects.filter(uuid=gpu["uuid"]).first()
+        if device is None:
+            # A replaced GPU takes its slot's index; the old row keeps its history.
+            Device.objects.filter(node=node, index=gpu["index"]).exclude(uuid=gpu["uuid"]).update(
+                index=10_000 + gpu["index"]
+            )
+            device = Device.objects.create(
+                node=node,
+                index=gpu["index"],
+                uuid=gpu["uuid"],
+                model_name=gpu["name"][:128],
+                device_type=_device_type_for(gpu["name"]),
+                memory_mb=gpu["memory_total_mb"],
+            )
+        elif device.node_id != node.pk or device.model_name != gpu["name"][:128]:
+            Device.objects.filter(pk=device.pk).update(
+                node=node, model_name=gpu["name"][:128], memory_mb=gpu["memory_total_mb"]
+            )
+        devices[gpu["uuid"]] = device
+    return devices
+
+
+def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, Device]) -> str:
+    """Why the node must drain, or "": an Xid error, or uncorrected ECC errors that grew."""
+    # Few GPUs per node: one indexed query each for the last ECC count.
+    previous = {
+        device.pk: GpuSample.objects.filter(device=device)
+        .order_by("-at")
+        .values_list("ecc_uncorrected", flat=True)
+        .first()
+        for device in devices.values()
+    }
+    faults = []
+    for gpu in gpus:
+        device = devices[gpu["uuid"]]
+        if gpu["xid_errors"]:
+            codes = ", ".join(str(code) for code in gpu["xid_errors"])
+            faults.append(f"Xid {codes} on GPU {gpu['index']} ({gpu['uuid']})")
+        ecc, before = gpu["ecc_uncorrected"], previous.get(device.pk)
+        if ecc and ecc > (before or 0):
+            faults.append(f"{ecc} uncorrected ECC errors on GPU {gpu['index']} ({gpu['uuid']})")
+    return "; ".join(faults)
+
+
+def agent_heartbeat_record(
+    *, node: Node, heartbeat: dict[str, Any], now: datetime | None = None
+) -> dict[str, Any]:
+    """Record one validated heartbeat from `node`'s agent.
+
+    1. Liveness: the node was seen (SUSPECT → UP; a DOWN node is reconciled over SSH
+       first, see `agents.services.node_return_reconcile`).
+    2. Node facts (driver, CUDA) into its labels; GPUs register themselves by UUID.
+    3. Hardware faults (Xid, growing uncorrected ECC) drain the node with the reason.
+    4. One GpuSample per GPU, and one JobGpuSample per job using a GPU — counted only for
+       a job that really holds a live allocation of that GPU, so an agent cannot charge
+       use to arbitrary jobs.
+    """
+    now = now or timezone.now()
+    gpus = heartbeat["gpus"]
+    with transaction.atomic():
+        needs_reconcile = node_heartbeat_seen(node_id=node.pk, now=now)
+        labels = dict(node.labels) if isinstance(node.labels, dict) else {}
+        labels.update(
+            driver_version=heartbeat.get("driver_version", ""),
+            cuda_version=heartbeat.get("cuda_version", ""),
+        )
+        Node.objects.filter(pk=node.pk).update(labels=labels)
+        devices = _register_devices(node, gpus)
+        fault = _hardware_faults(node, gpus, devices)
+        GpuSample.objects.bulk_create(
+            GpuSample(
+                device=devices[gpu["uuid"]],
+                at=now,
+                utilization_pct=gpu["utilization_pct"],
+                memory_used_mb=gpu["memory_used_mb"],
+                memory_total_mb=gpu["memory_total_mb"],
+                temperature_c=gpu["temperature_c"],
+                power_w=gpu["power_w"],
+                ecc_uncorrected=gpu["ecc_uncorrected"],
+                xid_errors=gpu["xid_errors"],
+            )
+            for gpu in gpus
+        )
+        JobGpuSample.objects.bulk_create(_job_samples(gpus, devices, now))
+        if (
+            fault
+            and Node.objects.filter(
+                pk=node.pk, state__in=[NodeState.UP, NodeState.SUSPECT]
+            ).exists()
+        ):
+            logger.warning("Draining node %s: %s", node.name, fault)
+            node_drain(node_id=node.pk, reason=fault)
+        if needs_reconcile and ssh_dispatch_enabled():
+            from .tasks import node_return_reconcile_task
+
+            transaction.on_commit(lambda: node_return_reconcile_task.delay(node_id=node.pk))
+    return {"recorded_gpus": len(gpus), "drained": bool(fault), "reconcile": needs_reconcile}
+
+
+def _job_samples(
+    gpus: list[dict[str, Any]], devices: dict[str, Device], now: datetime
+) -> list[JobGpuSample]:
+    holders = {
+        device_id: (job_id, attempt)
+        for device_id, job_id, attempt in Allocation.objects.filter(
+            ended_at__isnull=True, device__in=devices.values()
+        ).values_list("device_id", "job_id", "attempt")
+    }
+    samples = []
+    for gpu in gpus:
+        device = devices[gpu["uuid"]]
+        memory: dict[tuple[int, int], int] = defaultdict(int)
+        for process in gpu["processes"]:
+            if process.get("job_id") is not None:
+                memory[(process["job_id"], process["attempt"])] += process["used_memory_mb"]
+        holder = holders.get(device.pk)
+        if holder is None or holder not in memory:
+            continue
+        # Allocation is exclusive, so the device's utilization is the job's.
+        samples.append(
+            JobGpuSample(
+                job_id=holder[0],
+                attempt=holder[1],
+                device=device,
+                at=now,
+                utilization_pct=gpu["utilization_pct"],
+                memory_used_mb=memory[holder],
+            )
+        )
+    return samples
+
+
+def metrics_rollup(*, now: datetime | None = None) -> dict[str, int]:
+    """Roll raw samples up into per-minute rows and apply the retention policy.
+
+    1. Every complete minute since the last rolled one (at most 24 h back) is aggregated
+       per device (and per job and device) and upserted, so a rerun is harmless.
+    2. Raw samples older than 24 h and minute rows older than 30 days are deleted.
+    Returns row counts.
+    """
+    now = now or timezone.now()
+    this_minute = now.replace(second=0, microsecond=0)
+    counts = {}
+    for raw, minute_model, keys, fields in (
+        (
+            GpuSample,
+            GpuMinute,
+            ["device_id"],
+            {
+                "utilization_avg": Avg("utilization_pct"),
+                "memory_used_max_mb": Max("memory_used_mb"),
+                "temperature_max_c": Max("temperature_c"),
+                "power_avg_w": Avg("power_w"),
+            },
+        ),
+        (
+            JobGpuSample,
+            JobGpuMinute,
+            ["job_id", "device_id"],
+            {
+                "utilization_avg": Avg("utilization_pct"),
+                "memory_used_max_mb": Max("memory_used_mb"),
+            },
+        ),
+    ):
+        last = minute_model.objects.aggregate(last=Max("minute"))["last"]
+        since = max(last, now - RAW_RETENTION) if last else now - RAW_RETENTION
+        rows = (
+            raw.objects.filter(at__gte=since, at__lt=this_minute)
+            .annotate(minute=TruncMinute("at"))
+            .values(*keys, "minute")
+            .annotate(samples=Count("id"), **fields)
+            .order_by()
+        )
+        objects = [minute_model(**row) for row in rows]
+        minute_model.objects.bulk_create(
+            objects,
+            update_conflicts=True,
+            unique_fields=[key.removesuffix("_id") for key in keys] + ["minute"],
+            update_fields=["samples", *fields],
+        )
+        counts[minute_model.__name__] = len(objects)
+        counts[f"{raw.__name__} deleted"] = raw.objects.filter(at__lt=now - RAW_RETENTION).delete()[
+            0
+        ]
+        counts[f"{minute_model.__name__} deleted"] = minute_model.objects.filter(
+            minute__lt=now - MINUTE_RETENTION
+        ).delete()[0]
+    return counts

@@ -1,0 +1,156 @@
+"""A simulated NVML: the calls `NvmlCollector` makes, over GPUs held in plain objects.
+
+The only test double for NVML (tests and the demo's simulated nodes). It mirrors
+pynvml's names, units (bytes, milliwatts, CUDA version as 12040) and error behaviour
+(`NVMLError`, a timeout when no event is pending), so the collector cannot tell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NVML_TEMPERATURE_GPU = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
+nvmlEventTypeXidCriticalError = 8
+MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+@dataclass
+class SimProcess:
+    pid: int
+    usedGpuMemory: int | None  # bytes, named as in pynvml
+
+
+@dataclass
+class SimGpu:
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-80GB"
+    memory_total_mb: int = 81920
+    memory_used_mb: int = 0
+    utilization_pct: int = 0
+    memory_utilization_pct: int = 0
+    temperature_c: int = 35
+    power_mw: int = 60000
+    ecc_uncorrected: int | None = 0  # None: ECC not supported (GeForce)
+    processes: list[SimProcess] = field(default_factory=list)
+
+
+@dataclass
+class _Memory:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class _Rates:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _Event:
+    device: SimGpu
+    eventData: int
+    eventType: int = nvmlEventTypeXidCriticalError
+
+
+class SimulatedNvml:
+    """Stands in for the `pynvml` module: `NvmlCollector(SimulatedNvml([...]))`."""
+
+    NVMLError = NVMLError
+    NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+    nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
+
+    def __init__(self, gpus: list[SimGpu], *, driver: str = "550.90.07", cuda: int = 12040) -> None:
+        self.gpus = gpus
+        self.driver = driver
+        self.cuda = cuda
+        self.initialized = False
+        self._pending: list[_Event] = []
+        self._registered: set[str] = set()
+
+    # Test controls -----------------------------------------------------------------
+    def raise_xid(self, uuid: str, xid: int) -> None:
+        """The driver reports Xid `xid` on that GPU (e.g. 79: fell off the bus)."""
+        gpu = next(gpu for gpu in self.gpus if gpu.uuid == uuid)
+        if uuid in self._registered:
+            self._pending.append(_Event(gpu, xid))
+
+    # pynvml's calls --------------------------------------------------------------------
+    def _check(self) -> None:
+        if not self.initialized:
+            raise NVMLError(1)  # NVML_ERROR_UNINITIALIZED
+
+    def nvmlInit(self) -> None:
+        self.initialized = True
+
+    def nvmlShutdown(self) -> None:
+        self.initialized = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check()
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._check()
+        return self.cuda
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> SimGpu:
+        self._check()
+        return self.gpus[index]
+
+    def nvmlDeviceGetName(self, handle: SimGpu) -> str:
+        return handle.name
+
+    def nvmlDeviceGetUUID(self, handle: SimGpu) -> str:
+        return handle.uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle: SimGpu) -> _Memory:
+        total, used = handle.memory_total_mb * MIB, handle.memory_used_mb * MIB
+        return _Memory(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: SimGpu) -> _Rates:
+        return _Rates(gpu=handle.utilization_pct, memory=handle.memory_utilization_pct)
+
+    def nvmlDeviceGetTemperature(self, handle: SimGpu, sensor: int) -> int:
+        return handle.temperature_c
+
+    def nvmlDeviceGetPowerUsage(self, handle: SimGpu) -> int:
+        return handle.power_mw
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: SimGpu, error_type: int, counter: int) -> int:
+        if handle.ecc_uncorrected is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return handle.ecc_uncorrected
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: SimGpu) -> list[SimProcess]:
+        return list(handle.processes)
+
+    def nvmlEventSetCreate(self) -> object:
+        self._check()
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, handle: SimGpu, event_types: int, event_set: object) -> None:
+        self._registered.add(handle.uuid)
+
+    def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> _Event:
+        if not self._pending:
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        return self._pending.pop(0)

@@ -1,0 +1,268 @@
+"""The shell commands the control plane runs on a node over SSH, built from argv lists.
+
+Pure functions, no Django and no I/O, so every command is tested exactly. Nothing a user
+submitted ever reaches a shell unquoted: the job's image, argv and environment values are
+validated again here (a row may predate a rule, or be written by the admin) and every
+piece of every command line goes through `shlex.quote`. Users choose no runtime flags:
+the flags below are the whole vocabulary.
+
+Runtimes (per node, `cluster.choices.Runtime`):
+
+- `process` and `apptainer` run under one wrapper (`WRAPPER`) that starts the program in
+  a new session (its process group id is the wrapper's pid, kept in `pid`), writes its
+  stdout and stderr to files in the attempt's run directory and its exit status to
+  `exit_code` when it ends. Stop = SIGTERM to the process group, the grace period, then
+  SIGKILL.
+- `docker` runs a detached container named `gpulab-<job>-<attempt>`; its logs and exit
+  code live in Docker (`docker logs`, `docker inspect`), stop is `docker stop -t <grace>`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from jobs.validation import command_errors, env_errors, image_errors
+
+CONTAINER_PREFIX = "gpulab"
+
+# The wrapper, run by `setsid sh -c WRAPPER gpulab-<job>-<attempt> PROGRAM ARGS...`. It
+# is a constant: user input arrives only as its positional parameters ("$@"), never as
+# shell text. TERM is trapped with a no-op (not ignored: an ignored signal would be
+# inherited by the program) so the wrapper outlives the program's checkpoint and records
+# its status; `wait` returns early when the trap fires, hence the loop.
+WRAPPER = (
+    'echo $$ > pid.tmp && mv pid.tmp pid; trap : TERM; "$@" > stdout 2> stderr < /dev/null & '
+    "child=$!; "
+    'while :; do wait "$child"; code=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    'echo "$code" > exit_code.tmp && mv exit_code.tmp exit_code'
+)
+
+
+class LaunchRefused(ValueError):
+    """The job cannot be launched as stored; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything a runtime needs to start one attempt of one job on one node."""
+
+    job_id: int
+    attempt: int
+    image: str
+    command: Sequence[str]
+    env: Mapping[str, str]
+    device_uuids: Sequence[str]
+    run_root: str  # where attempts' run directories live on the node (relative = $HOME)
+    cpus: float | None = None
+    memory_mb: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return attempt_name(self.job_id, self.attempt)
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.run_root.rstrip('/')}/{self.name}"
+
+
+def attempt_name(job_id: int, attempt: int) -> str:
+    """`gpulab-<job>-<attempt>`: the container / run directory name of one attempt."""
+    return f"{CONTAINER_PREFIX}-{job_id}-{attempt}"
+
+
+def parse_attempt_name(name: str) -> tuple[int, int] | None:
+    """(job, attempt) from `gpulab-<job>-<attempt>`, or None for anything else."""
+    parts = name.split("-")
+    if len(parts) != 3 or parts[0] != CONTAINER_PREFIX:
+        return None
+    if not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    return int(parts[1]), int(parts[2])
+
+
+def launch_spec_check(spec: LaunchSpec) -> None:
+    """Raise LaunchRefused unless image, argv and env pass the submission rules again."""
+    problems = [
+        *(f"image: {message}" for message in image_errors(spec.image)),
+        *(f"command: {message}" for message in command_errors(list(spec.command))),
+        *(f"env: {message}" for message in env_errors(dict(spec.env))),
+    ]
+    for uuid in spec.device_uuids:
+        # UUIDs come from NVML (`GPU-8f3c…`); anything else in a --gpus list is an injection.
+        if not uuid or not all(ch.isalnum() or ch == "-" for ch in uuid):
+            problems.append(f"device: {uuid!r} is not a GPU UUID.")
+    if problems:
+        raise LaunchRefused(f"Job {spec.job_id} cannot be launched: " + " ".join(problems))
+
+
+def job_environment(spec: LaunchSpec) -> dict[str, str]:
+    """The user's variables plus the ones gpulab sets (which the user cannot override)."""
+    visible = ",".join(spec.device_uuids)
+    return {
+        **dict(spec.env),
+        "CUDA_VISIBLE_DEVICES": visible,
+        "NVIDIA_VISIBLE_DEVICES": visible or "void",
+        "GPULAB_JOB_ID": str(spec.job_id),
+        "GPULAB_ATTEMPT": str(spec.attempt),
+        "GPULAB_IMAGE": spec.image,
+    }
+
+
+# --------------------------------------------------------------------------- argv builders
+
+
+def docker_run_argv(spec: LaunchSpec) -> list[str]:
+    """`docker run -d` for one attempt: named, labelled, pinned to its GPUs, limited."""
+    launch_spec_check(spec)
+    argv = [
+        "docker", "run", "-d",
+        "--name", spec.name,
+        "--label", f"gpulab.job={spec.job_id}",
+        "--label", f"gpulab.attempt={spec.attempt}",
+    ]  # fmt: skip
+    for key, value in sorted(spec.labels.items()):
+        argv += ["--label", f"gpulab.{key}={value}"]
+    if spec.device_uuids:
+        # Docker parses --gpus as CSV: the quotes keep the comma-separated UUIDs one field.
+        argv += ["--gpus", f'"device={",".join(spec.device_uuids)}"']
+    if spec.cpus is not None:
+        argv += ["--cpus", f"{spec.cpus:g}"]
+    if spec.memory_mb is not None:
+        argv += ["--memory", f"{spec.memory_mb}m"]
+    for name, value in job_environment(spec).items():
+        if name in {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}:
+            continue  # --gpus exposes exactly the devices, renumbered from 0 inside
+        argv += ["--env", f"{name}={value}"]
+    return [*argv, spec.image, *spec.command]
+
+
+def apptainer_exec_argv(spec: LaunchSpec) -> list[str]:
+    """`apptainer exec` for one attempt, run under the wrapper like a plain process.
+
+    The environment reaches the container as `APPTAINERENV_<NAME>` variables of the
+    apptainer process (see `process_argv`), not as `--env`, which splits on commas.
+    """
+    launch_spec_check(spec)
+    return ["apptainer", "exec", "--nv", "--cleanenv", f"docker://{spec.image}", *spec.command]
+
+
+def apptainer_environment(spec: LaunchSpec) -> dict[str, str]:
+    return {f"APPTAINERENV_{name}": value for name, value in job_environment(spec).items()}
+
+
+def process_argv(program: Sequence[str], environment: Mapping[str, str]) -> list[str]:
+    """`env NAME=value ... PROGRAM ARGS...`: `env` sets the variables without a shell.
+
+    A program name containing `=` would be read by `env` as one more variable, so it is
+    refused rather than reinterpreted.
+    """
+    if "=" in program[0]:
+        raise LaunchRefused(f"command: the program name {program[0]!r} may not contain '='.")
+    return ["env", *(f"{name}={value}" for name, value in environment.items()), *program]
+
+
+def wrapped_program(spec: LaunchSpec, runtime: str) -> list[str]:
+    """The argv the wrapper runs, for the `process` and `apptainer` runtimes."""
+    if runtime == "apptainer":
+        return process_argv(apptainer_exec_argv(spec), apptainer_environment(spec))
+    if runtime == "process":
+        launch_spec_check(spec)
+        return process_argv(spec.command, job_environment(spec))
+    raise LaunchRefused(f"Runtime {runtime!r} does not run under the process wrapper.")
+
+
+# --------------------------------------------------------------------------- shell scripts
+# Each returns one command line for the node's login shell; every variable part is quoted.
+
+
+def wrapped_launch_script(spec: LaunchSpec, runtime: str) -> str:
+    """Create the run directory, start the wrapper detached, print its pid once written.
+
+    The SSH channel returns at once because the wrapper's descriptors are all redirected;
+    the loop waits (up to 5 s) for `pid` so a launch that could not even start is seen.
+    """
+    run_dir = shlex.quote(spec.run_dir)
+    run_root = shlex.quote(spec.run_root)
+    start = shlex.join(["setsid", "sh", "-c", WRAPPER, spec.name, *wrapped_program(spec, runtime)])
+    # Idempotent: `mkdir` of the run directory is atomic, so of two deliveries of one
+    # launch task only the first starts the program; the other just reports its pid.
+    return (
+        f"mkdir -p {run_root} && "
+        f"if mkdir {run_dir} 2>/dev/null; then cd {run_dir} && "
+        f"{{ {start} < /dev/null > /dev/null 2>&1 & }}; else cd {run_dir}; fi && "
+        "for i in $(seq 50); do [ -s pid ] && break; sleep 0.1; done && cat pid"
+    )
+
+
+def wrapped_status_script(run_dir: str) -> str:
+    """Prints `exited <code>`, `running <pid>`, `vanished` (killed before recording) or
+    `unknown` (no such attempt here)."""
+    d = shlex.quote(run_dir)
+    return (
+        f"if [ -s {d}/exit_code ]; then echo exited $(cat {d}/exit_code); "
+        f"elif [ -s {d}/pid ]; then p=$(cat {d}/pid); "
+        'if kill -0 "-$p" 2>/dev/null; then echo running "$p"; else echo vanished; fi; '
+        "else echo unknown; fi"
+    )
+
+
+def wrapped_stop_script(run_dir: str, grace_seconds: int) -> str:
+    """SIGTERM the attempt's process group, wait up to the grace period, then SIGKILL.
+
+    Prints the status afterwards (as `wrapped_status_script`), preceded by `was-exited`
+    when the program had already ended before the signal was sent.
+    """
+    d = shlex.quote(run_dir)
+    grace = int(grace_seconds)
+    return (
+        f"if [ -s {d}/exit_code ]; then echo was-exited; fi; "
+        f'if [ -s {d}/pid ]; then p=$(cat {d}/pid); kill -TERM "-$p" 2>/dev/null; '
+        f'i=0; while [ $i -lt {grace * 10} ] && kill -0 "-$p" 2>/dev/null; '
+        "do sleep 0.1; i=$((i+1)); done; "
+        'kill -KILL "-$p" 2>/dev/null; '
+        # Until init has reaped them, killed processes still answer kill -0.
+        'j=0; while [ $j -lt 20 ] && kill -0 "-$p" 2>/dev/null; do sleep 0.1; j=$((j+1)); done; '
+        "fi; " + wrapped_status_script(run_dir)
+    )
+
+
+def wrapped_logs_script(run_dir: str, stream: str, max_bytes: int) -> str:
+    if stream not in {"stdout", "stderr"}:
+        raise ValueError(f"stream must be stdout or stderr, not {stream!r}")
+    path = shlex.quote(f"{run_dir}/{stream}")
+    return f"tail -c {int(max_bytes)} {path} 2>/dev/null || true"
+
+
+def wrapped_list_script(run_root: str) -> str:
+    """One line per attempt directory whose process group is alive: `<name> <pid>`."""
+    root = shlex.quote(run_root)
+    return (
+        f'for d in {root}/{CONTAINER_PREFIX}-*; do [ -s "$d/pid" ] || continue; '
+        '[ -e "$d/exit_code" ] && continue; p=$(cat "$d/pid"); '
+        'kill -0 "-$p" 2>/dev/null && echo "$(basename "$d") $p"; done; true'
+    )
+
+
+def docker_inspect_id_argv(name: str) -> list[str]:
+    return ["docker", "container", "inspect", "-f", "{{.Id}}", name]
+
+
+def docker_status_argv(name: str) -> list[str]:
+    return ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name]
+
+
+def docker_stop_argv(name: str, grace_seconds: int) -> list[str]:
+    return ["docker", "stop", "-t", str(int(grace_seconds)), name]
+
+
+def docker_logs_argv(name: str, max_lines: int) -> list[str]:
+    return ["docker", "logs", "--tail", str(int(max_lines)), name]
+
+
+def docker_list_argv() -> list[str]:
+    return [
+        "docker", "ps", "--filter", "label=gpulab.job", "--format", "{{.Names}}",
+    ]  # fmt: skip

@@ -1,0 +1,187 @@
+"""SSH to nodes (paramiko), with host keys checked against the approved-keys store.
+
+The only module that opens SSH connections. Trust comes from `NodeHostKey` rows alone —
+never from `~/.ssh/known_hosts` of whoever runs the worker — and an unknown or changed
+key is refused (`RejectPolicy`) after being recorded for an admin to review.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import shlex
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import paramiko
+from django.conf import settings
+from django.db import IntegrityError
+
+from cluster.models import Node
+from config.errors import ApplicationError
+
+from .models import NodeHostKey
+
+logger = logging.getLogger(__name__)
+
+
+class NodeUnreachable(ApplicationError):
+    """Network trouble or a timeout: worth retrying later."""
+
+    status_code = 503
+    default_code = "node_unreachable"
+
+
+class HostKeyRefused(ApplicationError):
+    """The node's host key is not (or no longer) approved: never retried automatically."""
+
+    status_code = 409
+    default_code = "host_key_refused"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+def host_key_fingerprint(key: paramiko.PKey) -> str:
+    """`SHA256:<base64>` without padding, as `ssh-keygen -l` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _known_name(node: Node) -> str:
+    # paramiko looks host keys up by this name (the known_hosts convention for ports ≠ 22).
+    return node.address if node.ssh_port == 22 else f"[{node.address}]:{node.ssh_port}"
+
+
+def _record_seen_key(node: Node, key: paramiko.PKey) -> NodeHostKey:
+    try:
+        seen, _ = NodeHostKey.objects.get_or_create(
+            node=node,
+            key_type=key.get_name(),
+            key_base64=key.get_base64(),
+            defaults={"fingerprint": host_key_fingerprint(key)},
+        )
+    except IntegrityError:  # two workers saw it at once
+        seen = NodeHostKey.objects.get(
+            node=node, key_type=key.get_name(), key_base64=key.get_base64()
+        )
+    return seen
+
+
+class _RecordAndReject(paramiko.RejectPolicy):
+    """Refuse an unknown key, but first record it as pending so an admin can approve it."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):  # type: ignore[no-untyped-def]
+        seen = _record_seen_key(self.node, key)
+        raise HostKeyRefused(
+            f"Node {self.node.name} presented host key {seen.fingerprint} ({seen.key_type}), "
+            "which no admin has approved; approve it under Node host keys."
+        )
+
+
+def _client_key() -> paramiko.PKey:
+    path = settings.GPULAB_SSH_KEY_FILE
+    if not path:
+        raise ApplicationError("GPULAB_SSH_KEY_FILE is not set: no key to log in to nodes with.")
+    for key_class in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        try:
+            return key_class.from_private_key_file(path)
+        except paramiko.SSHException:
+            continue
+    raise ApplicationError(f"GPULAB_SSH_KEY_FILE={path!r} is not a readable private key.")
+
+
+@contextmanager
+def node_ssh(node: Node) -> Iterator[NodeSession]:
+    """An authenticated SSH session to `node`, retried a few times on network errors.
+
+    Raises HostKeyRefused (unknown or changed host key: not retried) or NodeUnreachable.
+    """
+    approved = list(NodeHostKey.objects.filter(node=node, approved_at__isnull=False))
+    attempts = settings.GPULAB_SSH_CONNECT_ATTEMPTS
+    timeout = settings.GPULAB_SSH_TIMEOUT_SECONDS
+    last_error: Exception | None = None
+    for attempt in range(1, attempts + 1):
+        client = paramiko.SSHClient()
+        host_keys = client.get_host_keys()
+        for row in approved:
+            host_keys.add(
+                _known_name(node), row.key_type, paramiko.PKey.from_type_string(
+                    row.key_type, base64.b64decode(row.key_base64)
+                ),
+            )  # fmt: skip
+        client.set_missing_host_key_policy(_RecordAndReject(node))
+        try:
+            client.connect(
+                node.address,
+                port=node.ssh_port,
+                username=node.ssh_user,
+                pkey=_client_key(),
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                channel_timeout=timeout,
+                allow_agent=False,
+                look_for_keys=False,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            seen = _record_seen_key(node, exc.key)
+            raise HostKeyRefused(
+                f"Node {node.name}'s host key changed: it now presents {seen.fingerprint} "
+                f"({seen.key_type}), not the approved key. Refusing to connect; if the node "
+                "was reinstalled, an admin must approve the new key."
+            ) from exc
+        except HostKeyRefused:
+            client.close()
+            raise
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise NodeUnreachable(
+                f"Node {node.name} refused gpulab's key for user {node.ssh_user}: {exc}"
+            ) from exc
+        except (TimeoutError, OSError, paramiko.SSHException) as exc:
+            client.close()
+            last_error = exc
+            logger.info("SSH to %s failed (try %s of %s): %s", node.name, attempt, attempts, exc)
+            if attempt < attempts:
+                time.sleep(min(2 ** (attempt - 1), 5))
+            continue
+        try:
+            yield NodeSession(node=node, client=client, timeout=timeout)
+        finally:
+            client.close()
+        return
+    raise NodeUnreachable(f"Node {node.name} is unreachable over SSH: {last_error}")
+
+
+@dataclass
+class NodeSession:
+    node: Node
+    client: paramiko.SSHClient
+    timeout: float
+
+    def run(self, script: str, *, timeout: float | None = None) -> CommandResult:
+        """Run `script` with `sh -c` (whatever the login shell is), return its output.
+
+        `script` is shell text built by `agents.runtimes` from quoted pieces only.
+        """
+        command = shlex.join(["sh", "-c", script])
+        try:
+            _, stdout, stderr = self.client.exec_command(command, timeout=timeout or self.timeout)
+            out = stdout.read().decode(errors="replace")
+            err = stderr.read().decode(errors="replace")
+            status = stdout.channel.recv_exit_status()
+        except (TimeoutError, OSError, paramiko.SSHException) as exc:
+            raise NodeUnreachable(f"Command on node {self.node.name} failed: {exc}") from exc
+        return CommandResult(exit_status=status, stdout=out, stderr=err)

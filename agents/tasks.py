@@ -1,0 +1,114 @@
+"""Celery tasks of the agents: thin, primitive arguments in, one service call each.
+
+They own only the retry policy: network trouble (NodeUnreachable) is retried with
+backoff; a refused host key is not (an admin must act), and the launch then gives up.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from cluster.services import node_drain_settle
+from scheduler.selectors import scheduler_config_get
+
+from .heartbeats import metrics_rollup
+from .selectors import attempts_overdue, nodes_to_poll
+from .services import (
+    agent_launch,
+    agent_launch_gave_up,
+    agent_node_poll,
+    agent_stop,
+    node_liveness_sweep,
+    node_return_reconcile,
+)
+from .simulated import simulated_heartbeats
+from .ssh import HostKeyRefused, NodeUnreachable
+
+SSH_RETRIES = 3
+
+
+# Above GPULAB_LAUNCH_TIMEOUT_SECONDS (600 by default): an image pull may be slow.
+@shared_task(bind=True, name="agents.launch", max_retries=SSH_RETRIES, time_limit=900)
+def agent_launch_task(self, job_id: int, attempt: int) -> None:  # type: ignore[no-untyped-def]
+    try:
+        agent_launch(job_id=job_id, attempt=attempt)
+    except NodeUnreachable as exc:
+        if self.request.retries < SSH_RETRIES:
+            raise self.retry(countdown=5 * 2**self.request.retries) from exc
+        agent_launch_gave_up(job_id=job_id, attempt=attempt, reason=exc.message)
+    except HostKeyRefused as exc:
+        agent_launch_gave_up(job_id=job_id, attempt=attempt, reason=exc.message)
+
+
+# Long enough for the longest preemption grace an admin can set, plus SSH time.
+@shared_task(bind=True, name="agents.stop", max_retries=SSH_RETRIES, time_limit=3900)
+def agent_stop_task(self, job_id: int, attempt: int, grace_seconds: int) -> None:  # type: ignore[no-untyped-def]
+    try:
+        agent_stop(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+    except NodeUnreachable as exc:
+        # A node that stays unreachable goes DOWN through the liveness sweep, which
+        # requeues the job; retrying here covers a blip.
+        raise self.retry(countdown=5 * 2**self.request.retries) from exc
+
+
+@shared_task(name="agents.node_poll", time_limit=600)
+def agent_node_poll_task(node_id: int) -> dict[str, int]:
+    grace = scheduler_config_get().preemption_grace_seconds
+    return agent_node_poll(node_id=node_id, grace_seconds=grace)
+
+
+@shared_task(name="agents.poll_all", time_limit=30)
+def agent_poll_all_task() -> int:
+    """Fan out one poll per real node, so one slow node delays no other; and ask again
+    for launches and stops whose task was lost (both are idempotent)."""
+    node_ids = nodes_to_poll()
+    for node_id in node_ids:
+        agent_node_poll_task.delay(node_id=node_id)
+    grace = scheduler_config_get().preemption_grace_seconds
+    overdue = attempts_overdue(
+        now=timezone.now(),
+        launch_after=timedelta(seconds=2 * settings.GPULAB_LAUNCH_TIMEOUT_SECONDS),
+        stop_after=timedelta(seconds=grace + 2 * settings.GPULAB_SSH_TIMEOUT_SECONDS + 60),
+    )
+    for job_id, attempt in overdue.launches:
+        agent_launch_task.delay(job_id=job_id, attempt=attempt)
+    for job_id, attempt in overdue.stops:
+        agent_stop_task.delay(job_id=job_id, attempt=attempt, grace_seconds=grace)
+    return len(node_ids)
+
+
+@shared_task(name="agents.liveness_sweep", time_limit=60)
+def node_liveness_sweep_task() -> dict[str, list[str]]:
+    return node_liveness_sweep()
+
+
+@shared_task(name="agents.drain_settle", time_limit=30)
+def node_drain_settle_task() -> list[str]:
+    return node_drain_settle()
+
+
+@shared_task(
+    name="agents.node_return_reconcile", max_retries=SSH_RETRIES, bind=True, time_limit=900
+)
+def node_return_reconcile_task(self, node_id: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """A DOWN node sent a heartbeat: stop its stale attempts, then it is UP again."""
+    grace = scheduler_config_get().preemption_grace_seconds
+    try:
+        stopped = node_return_reconcile(node_id=node_id, grace_seconds=grace)
+    except NodeUnreachable as exc:
+        raise self.retry(countdown=10) from exc
+    return [list(pair) for pair in stopped]
+
+
+@shared_task(name="agents.metrics_rollup", time_limit=300)
+def metrics_rollup_task() -> dict[str, int]:
+    return metrics_rollup()
+
+
+@shared_task(name="agents.simulated_heartbeats", time_limit=60)
+def simulated_heartbeats_task() -> int:
+    return simulated_heartbeats()

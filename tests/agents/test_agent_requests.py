@@ -1,0 +1,142 @@
+"""After a round commits: real nodes get Celery tasks, simulated nodes run in-process;
+the periodic agent tasks are declared in config/celery_app.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents import tasks
+from agents.services import agent_launch_gave_up, agent_launch_request, agent_stop_request
+from cluster.choices import NodeState
+from cluster.models import Node
+from config.celery_app import app
+from jobs.choices import JobState
+from jobs.models import Job
+from tests.agents.conftest import started_job
+from tests.factories import DeviceFactory, NodeFactory
+
+
+@pytest.fixture
+def real_node(db: None) -> Node:
+    node = NodeFactory(name="real-0")
+    DeviceFactory(node=node, index=0)
+    return node
+
+
+def test_a_start_on_a_real_node_becomes_a_launch_task(
+    real_node: Node, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setattr(tasks.agent_launch_task, "delay", lambda **kw: sent.append(("launch", kw)))
+    monkeypatch.setattr(tasks.agent_stop_task, "delay", lambda **kw: sent.append(("stop", kw)))
+    job = started_job(real_node, command=["true"])
+
+    agent_launch_request(job_id=job.pk, attempt=1)
+    agent_stop_request(job_id=job.pk, attempt=1, grace_seconds=30)
+
+    assert sent == [
+        ("launch", {"job_id": job.pk, "attempt": 1}),
+        ("stop", {"job_id": job.pk, "attempt": 1, "grace_seconds": 30}),
+    ]
+
+
+def test_without_celery_a_real_node_launch_is_only_logged(
+    real_node: Node, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.GPULAB_SCHEDULER_MODE = "embedded"
+    job = started_job(real_node, command=["true"])
+    agent_launch_request(job_id=job.pk, attempt=1)
+    assert "no Celery worker" in caplog.text
+    assert Job.objects.get(pk=job.pk).state == JobState.STARTING
+
+
+def test_a_launch_that_cannot_reach_the_node_requeues_the_job_and_takes_the_node_out(
+    real_node: Node,
+) -> None:
+    job = started_job(real_node, command=["true"], max_retries=0)
+
+    agent_launch_gave_up(job_id=job.pk, attempt=1, reason="Node real-0 is unreachable over SSH.")
+
+    job.refresh_from_db()
+    assert (job.state, job.retries_used) == (JobState.PENDING, 0)
+    real_node.refresh_from_db()
+    assert (real_node.state, real_node.state_reason) == (
+        NodeState.DOWN, "Node real-0 is unreachable over SSH.",
+    )  # fmt: skip
+
+
+def test_every_periodic_agent_task_is_declared_and_registered() -> None:
+    app.loader.import_default_modules()
+    names = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert {
+        "agents.poll_all",
+        "agents.liveness_sweep",
+        "agents.drain_settle",
+        "agents.metrics_rollup",
+        "agents.simulated_heartbeats",
+    } <= names
+    assert names <= set(app.tasks)
+
+
+def test_the_poll_visits_real_trusted_nodes_that_are_not_down(db: None) -> None:
+    from django.utils import timezone
+
+    from agents.models import NodeHostKey
+    from agents.selectors import nodes_to_poll
+
+    def node(name: str, *, trusted: bool = True, **fields: Any) -> Node:
+        made = NodeFactory(name=name, **fields)
+        NodeHostKey.objects.create(
+            node=made, key_type="ssh-ed25519", key_base64=name, fingerprint="x",
+            approved_at=timezone.now() if trusted else None,
+        )  # fmt: skip
+        return made
+
+    idle = node("idle")
+    drained = node("drained", state=NodeState.DRAINED)
+    node("down", state=NodeState.DOWN)
+    node("untrusted", trusted=False)
+    node("demo", simulated=True)
+
+    assert nodes_to_poll() == [idle.pk, drained.pk]
+
+
+def test_launches_and_stops_whose_task_was_lost_are_asked_for_again(
+    real_node: Node, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.services import job_mark_running, job_preempt
+
+    DeviceFactory(node=real_node, index=1)
+    DeviceFactory(node=NodeFactory(name="demo", simulated=True), index=0)
+    stuck_start = started_job(real_node, command=["true"])
+    stuck_stop = _started_on_second_gpu(real_node)
+    job_mark_running(job_id=stuck_stop.pk)
+    job_preempt(job_id=stuck_stop.pk, reason="test")
+    long_ago = timezone.now() - timedelta(hours=2)
+    Job.objects.update(updated_at=long_ago)
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setattr(tasks.agent_launch_task, "delay", lambda **kw: sent.append(("launch", kw)))
+    monkeypatch.setattr(tasks.agent_stop_task, "delay", lambda **kw: sent.append(("stop", kw)))
+    monkeypatch.setattr(tasks.agent_node_poll_task, "delay", lambda **kw: None)
+
+    tasks.agent_poll_all_task()
+
+    assert sent == [
+        ("launch", {"job_id": stuck_start.pk, "attempt": 1}),
+        ("stop", {"job_id": stuck_stop.pk, "attempt": 1, "grace_seconds": 30}),
+    ]
+
+
+def _started_on_second_gpu(node: Node) -> Job:
+    from jobs.services import job_start
+    from tests.factories import JobFactory
+
+    job = JobFactory(command=["true"])
+    return job_start(job_id=job.pk, device_ids=[node.devices.get(index=1).pk])

@@ -1,0 +1,201 @@
+"""The heartbeat endpoint: token auth, validation, rate limit, device registration,
+metrics and per-job use, automatic drain on hardware faults. Driven by the real agent
+code (`run`) over Django's test client instead of a network."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from agents.heartbeats import node_agent_token_create
+from agents.models import GpuSample, JobGpuSample
+from agents.node_agent.__main__ import run
+from agents.node_agent.collector import NvmlCollector
+from agents.node_agent.simnvml import SimGpu, SimProcess, SimulatedNvml
+from cluster.choices import NodeState
+from cluster.models import Device, Node
+from jobs.services import job_mark_running
+from tests.agents.conftest import started_job
+from tests.factories import DeviceTypeFactory, NodeFactory
+
+URL = "/api/v1/agents/heartbeat/"
+MIB = 1024 * 1024
+
+
+class ClientSession:
+    """What the agent needs of `requests.Session`, served by Django's test client."""
+
+    def __init__(self) -> None:
+        self.client = APIClient()
+
+    def post(self, url: str, *, json: Any, headers: dict[str, str], timeout: float) -> Any:
+        path = url.split("://", 1)[-1].split("/", 1)[-1]
+        return self.client.post(
+            "/" + path, json, format="json", HTTP_AUTHORIZATION=headers["Authorization"]
+        )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    cache.clear()
+
+
+@pytest.fixture
+def node(db: None) -> Node:
+    DeviceTypeFactory(name="a100", speed=2.0)
+    return NodeFactory(name="gpu-7")
+
+
+def beat(node: Node, nvml: SimulatedNvml, job_of: Any = None) -> int:
+    _, key = node_agent_token_create(node_id=node.pk)
+    collector = NvmlCollector(nvml, job_of=job_of or (lambda pid: None))
+    return run(collector, ClientSession(), url="http://cp", token=key, interval=0, beats=1)
+
+
+def test_devices_register_themselves_and_samples_are_stored(node: Node) -> None:
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-aa", utilization_pct=55), SimGpu(uuid="GPU-bb")])
+
+    assert beat(node, nvml) == 1
+
+    devices = list(
+        Device.objects.filter(node=node).values_list("index", "uuid", "device_type__name")
+    )
+    assert devices == [(0, "GPU-aa", "a100"), (1, "GPU-bb", "a100")]
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is not None
+    assert node.labels["driver_version"] == "550.90.07"
+    assert node.labels["cuda_version"] == "12.4"
+    assert sorted(GpuSample.objects.values_list("device__uuid", "utilization_pct")) == [
+        ("GPU-aa", 55), ("GPU-bb", 0),
+    ]  # fmt: skip
+
+
+def test_an_unknown_gpu_model_gets_a_new_device_type_for_the_admin_to_rate(node: Node) -> None:
+    beat(node, SimulatedNvml([SimGpu(uuid="GPU-h1", name="NVIDIA H100 80GB HBM3")]))
+    assert Device.objects.get(uuid="GPU-h1").device_type.name == "h100-80gb-hbm3"
+
+
+def test_per_job_use_is_recorded_only_for_the_job_holding_the_gpu(node: Node) -> None:
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-aa", utilization_pct=90)])
+    beat(node, nvml)
+    job = started_job(node, command=["python", "train.py"])
+    job_mark_running(job_id=job.pk)
+    nvml.gpus[0].processes = [
+        SimProcess(pid=1, usedGpuMemory=1000 * MIB),
+        SimProcess(pid=2, usedGpuMemory=500 * MIB),
+        SimProcess(pid=3, usedGpuMemory=700 * MIB),  # claims another job: not counted
+    ]
+    owners = {1: (job.pk, job.attempt), 2: (job.pk, job.attempt), 3: (999, 1)}
+
+    beat(node, nvml, job_of=owners.get)
+
+    assert list(
+        JobGpuSample.objects.values_list("job_id", "utilization_pct", "memory_used_mb")
+    ) == [(job.pk, 90, 1500)]
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("xid", "Xid 79 on GPU 0 (GPU-aa)"),
+        ("ecc", "2 uncorrected ECC errors on GPU 0 (GPU-aa)"),
+    ],
+)
+def test_hardware_faults_drain_the_node_with_the_reason(
+    node: Node, fault: str, reason: str
+) -> None:
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-aa")])
+    _, key = node_agent_token_create(node_id=node.pk)
+    collector = NvmlCollector(nvml, job_of=lambda pid: None)
+    session = ClientSession()
+    run(collector, session, url="http://cp", token=key, interval=0, beats=1)
+    if fault == "xid":
+        nvml.raise_xid("GPU-aa", 79)
+    else:
+        nvml.gpus[0].ecc_uncorrected = 2
+
+    run(collector, session, url="http://cp", token=key, interval=0, beats=1)
+
+    node.refresh_from_db()
+    assert node.state == NodeState.DRAINED
+    assert reason in node.state_reason
+
+
+def _payload() -> dict[str, Any]:
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-aa")])
+    return NvmlCollector(nvml, job_of=lambda pid: None).collect()
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        (None, 401),
+        ("Bearer gpn_not-a-token", 401),
+        ("Token gpn_not-a-token", 401),
+    ],
+)
+def test_a_heartbeat_without_a_valid_node_token_is_refused(
+    node: Node, authorization: str | None, status: int
+) -> None:
+    client = APIClient()
+    headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
+    assert client.post(URL, _payload(), format="json", **headers).status_code == status
+    assert not GpuSample.objects.exists()
+
+
+def test_a_revoked_token_stops_working(node: Node) -> None:
+    _, old = node_agent_token_create(node_id=node.pk)
+    node_agent_token_create(node_id=node.pk)
+    response = APIClient().post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {old}")
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda p: p["gpus"][0].update(utilization_pct=180), "gpus"),
+        (lambda p: p["gpus"][0].update(uuid="GPU-a; rm -rf /"), "gpus"),
+        (lambda p: p["gpus"].append(dict(p["gpus"][0])), "gpus"),
+        (lambda p: p.pop("driver_version"), "driver_version"),
+    ],
+)
+def test_a_malformed_heartbeat_is_refused_naming_the_field(
+    node: Node, change: Any, field: str
+) -> None:
+    _, key = node_agent_token_create(node_id=node.pk)
+    payload = _payload()
+    change(payload)
+    response = APIClient().post(URL, payload, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert response.status_code == 400
+    assert field in response.json()
+    assert not GpuSample.objects.exists()
+
+
+def test_heartbeats_are_rate_limited_per_node(node: Node, settings: Any) -> None:
+    settings.GPULAB_AGENT_HEARTBEAT_RATE = "2/min"
+    _, key = node_agent_token_create(node_id=node.pk)
+    client = APIClient()
+    codes = [
+        client.post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {key}").status_code
+        for _ in range(3)
+    ]
+    assert codes == [200, 200, 429]
+
+
+def test_a_heartbeat_from_a_down_node_asks_for_a_reconcile_and_keeps_it_down(node: Node) -> None:
+    from django.utils import timezone
+
+    # Taken DOWN by the liveness sweep (it remembers where to return), not by an admin.
+    Node.objects.filter(pk=node.pk).update(
+        state=NodeState.DOWN, return_state=NodeState.UP, last_heartbeat_at=timezone.now()
+    )
+    _, key = node_agent_token_create(node_id=node.pk)
+
+    response = APIClient().post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    assert response.status_code == 200
+    assert response.json()["reconcile"] is True
+    assert Node.objects.get(pk=node.pk).state == NodeState.DOWN

@@ -1,0 +1,163 @@
+"""The exact commands built for each runtime (pure: no database, no SSH)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from agents.runtimes import (
+    WRAPPER,
+    LaunchRefused,
+    LaunchSpec,
+    apptainer_exec_argv,
+    docker_inspect_id_argv,
+    docker_logs_argv,
+    docker_run_argv,
+    docker_status_argv,
+    docker_stop_argv,
+    parse_attempt_name,
+    wrapped_launch_script,
+    wrapped_program,
+)
+
+
+def spec(**changes: object) -> LaunchSpec:
+    values: dict[str, object] = {
+        "job_id": 42,
+        "attempt": 3,
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "command": ["python", "train.py", "--lr", "0.1"],
+        "env": {"WANDB_MODE": "offline"},
+        "device_uuids": ["GPU-aaaa", "GPU-bbbb"],
+        "run_root": "/var/lib/gpulab/runs",
+        "labels": {"node": "a100-0"},
+    }
+    values.update(changes)
+    return LaunchSpec(**values)  # type: ignore[arg-type]
+
+
+def test_docker_run_argv_is_exact() -> None:
+    assert docker_run_argv(spec(cpus=16.0, memory_mb=65536)) == [
+        "docker", "run", "-d",
+        "--name", "gpulab-42-3",
+        "--label", "gpulab.job=42",
+        "--label", "gpulab.attempt=3",
+        "--label", "gpulab.node=a100-0",
+        "--gpus", '"device=GPU-aaaa,GPU-bbbb"',
+        "--cpus", "16",
+        "--memory", "65536m",
+        "--env", "WANDB_MODE=offline",
+        "--env", "GPULAB_JOB_ID=42",
+        "--env", "GPULAB_ATTEMPT=3",
+        "--env", "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+
+
+def test_a_cpu_only_docker_job_gets_no_gpus_flag_and_no_limits_unless_set() -> None:
+    argv = docker_run_argv(spec(device_uuids=[], env={}, labels={}))
+    assert argv == [
+        "docker", "run", "-d", "--name", "gpulab-42-3",
+        "--label", "gpulab.job=42", "--label", "gpulab.attempt=3",
+        "--env", "GPULAB_JOB_ID=42", "--env", "GPULAB_ATTEMPT=3",
+        "--env", "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+
+
+def test_apptainer_argv_is_exact_and_its_environment_travels_as_apptainerenv() -> None:
+    assert apptainer_exec_argv(spec()) == [
+        "apptainer", "exec", "--nv", "--cleanenv",
+        "docker://nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+    assert wrapped_program(spec(), "apptainer") == [
+        "env",
+        "APPTAINERENV_WANDB_MODE=offline",
+        "APPTAINERENV_CUDA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb",
+        "APPTAINERENV_NVIDIA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb",
+        "APPTAINERENV_GPULAB_JOB_ID=42",
+        "APPTAINERENV_GPULAB_ATTEMPT=3",
+        "APPTAINERENV_GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "apptainer", "exec", "--nv", "--cleanenv",
+        "docker://nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+
+
+def test_process_runtime_pins_the_gpus_with_cuda_visible_devices() -> None:
+    assert wrapped_program(spec(), "process") == [
+        "env",
+        "WANDB_MODE=offline",
+        "CUDA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb",
+        "NVIDIA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb",
+        "GPULAB_JOB_ID=42",
+        "GPULAB_ATTEMPT=3",
+        "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "python", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+
+
+def test_the_launch_script_passes_user_input_only_as_quoted_arguments_of_a_constant_wrapper() -> (
+    None
+):
+    script = wrapped_launch_script(spec(command=["echo", "$(id)"]), "process")
+    start = script.split("{ ", 1)[1].rsplit(" < /dev/null > /dev/null 2>&1 & }", 1)[0]
+    words = shlex.split(start)
+    assert words[:5] == ["setsid", "sh", "-c", WRAPPER, "gpulab-42-3"]
+    assert words[-2:] == ["echo", "$(id)"]
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (
+            lambda: docker_stop_argv("gpulab-42-3", 30),
+            ["docker", "stop", "-t", "30", "gpulab-42-3"],
+        ),
+        (
+            lambda: docker_status_argv("gpulab-42-3"),
+            ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", "gpulab-42-3"],
+        ),
+        (
+            lambda: docker_inspect_id_argv("gpulab-42-3"),
+            ["docker", "container", "inspect", "-f", "{{.Id}}", "gpulab-42-3"],
+        ),
+        (
+            lambda: docker_logs_argv("gpulab-42-3", 100),
+            ["docker", "logs", "--tail", "100", "gpulab-42-3"],
+        ),
+    ],
+)
+def test_docker_lifecycle_argv_is_exact(build, expected) -> None:  # type: ignore[no-untyped-def]
+    assert build() == expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"image": "--privileged"}, "image:"),
+        ({"image": "ubuntu --network=host"}, "image:"),
+        ({"command": []}, "command:"),
+        ({"env": {"GPULAB_JOB_ID": "7"}}, "set by gpulab itself"),
+        ({"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "set by gpulab itself"),
+        ({"device_uuids": ["GPU-a,GPU-b"]}, "is not a GPU UUID"),
+        ({"device_uuids": ['GPU-a" --privileged "']}, "is not a GPU UUID"),
+    ],
+)
+def test_docker_refuses_specs_that_could_smuggle_flags(changes: dict, message: str) -> None:
+    with pytest.raises(LaunchRefused, match=message):
+        docker_run_argv(spec(**changes))
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("gpulab-42-3", (42, 3)),
+        ("gpulab-1-10", (1, 10)),
+        ("gpulab-x-1", None),
+        ("other-1-2", None),
+        ("gpulab-1-2-3", None),
+    ],
+)
+def test_attempt_names_parse_back_to_job_and_attempt(name: str, parsed: object) -> None:
+    assert parse_attempt_name(name) == parsed

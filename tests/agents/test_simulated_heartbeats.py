@@ -1,0 +1,34 @@
+"""Demo nodes report through the real agent's collector over a simulated NVML."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from agents.models import GpuSample, JobGpuSample
+from agents.simulated import simulated_heartbeats
+from cluster.models import Node
+from jobs.services import job_mark_running
+from tests.agents.conftest import started_job
+from tests.factories import DeviceFactory, NodeFactory
+
+
+def test_each_simulated_node_reports_every_ten_seconds_with_its_jobs_use(db: None) -> None:
+    node = NodeFactory(simulated=True)
+    for index in range(2):
+        DeviceFactory(node=node, index=index, memory_mb=32768)
+    NodeFactory(name="real")  # real nodes have agents of their own
+    job = started_job(node, command=["sleep", "60"])
+    job_mark_running(job_id=job.pk)
+    now = timezone.now()
+
+    assert simulated_heartbeats(now=now) == 1
+    assert simulated_heartbeats(now=now + timedelta(seconds=5)) == 0
+    assert simulated_heartbeats(now=now + timedelta(seconds=10)) == 1
+
+    assert Node.objects.get(pk=node.pk).last_heartbeat_at == now + timedelta(seconds=10)
+    assert GpuSample.objects.count() == 4
+    busy = JobGpuSample.objects.filter(job=job)
+    assert busy.count() == 2
+    assert all(70 <= sample.utilization_pct <= 99 for sample in busy)

@@ -1,0 +1,154 @@
+"""Launching, watching and stopping `process`-runtime jobs through a real OpenSSH server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agents.services import agent_launch, agent_logs_tail, agent_node_poll, agent_stop
+from cluster.models import Node
+from jobs.choices import JobState
+from jobs.models import Job
+from jobs.services import job_preempt
+from tests.agents.conftest import started_job, wait_for
+
+
+def _finish_when_exited(node: Node, job_id: int) -> Job:
+    def finished() -> Job | None:
+        agent_node_poll(node_id=node.pk)
+        job = Job.objects.get(pk=job_id)
+        return job if job.state in {JobState.SUCCEEDED, JobState.FAILED} else None
+
+    return wait_for(finished)
+
+
+def test_a_launched_job_runs_streams_its_logs_and_records_its_exit_code(ssh_node: Node) -> None:
+    job = started_job(
+        ssh_node,
+        command=["sh", "-c", 'echo "hello from $GPULAB_JOB_ID on $CUDA_VISIBLE_DEVICES"; '
+                             "echo oops >&2; read line < /dev/null; sleep 1; exit 3"],
+    )  # fmt: skip
+
+    running = agent_launch(job_id=job.pk, attempt=job.attempt)
+
+    assert running is not None and running.state == JobState.RUNNING
+    # Streamed while it still runs (it sleeps a second before exiting).
+    stdout = wait_for(lambda: agent_logs_tail(job_id=job.pk, stream="stdout"))
+    assert stdout == f"hello from {job.pk} on GPU-sshnode-0\n"
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    finished = _finish_when_exited(ssh_node, job.pk)
+    assert finished.state == JobState.FAILED
+    assert finished.exit_code == 3
+    assert agent_logs_tail(job_id=job.pk, stream="stderr") == "oops\n"
+
+
+def test_a_job_that_exits_zero_succeeds(ssh_node: Node) -> None:
+    job = started_job(ssh_node, command=["true"])
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    finished = _finish_when_exited(ssh_node, job.pk)
+    assert (finished.state, finished.exit_code) == (JobState.SUCCEEDED, 0)
+
+
+def test_a_stopped_job_gets_sigterm_and_its_grace_period_to_checkpoint(ssh_node: Node) -> None:
+    job = started_job(
+        ssh_node,
+        command=["sh", "-c", "trap 'echo checkpointed; exit 0' TERM; echo ready; "
+                             "while :; do sleep 0.1; done"],
+    )  # fmt: skip
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    job_preempt(job_id=job.pk, reason="test")
+
+    requeued = agent_stop(job_id=job.pk, attempt=job.attempt, grace_seconds=5)
+
+    assert requeued is not None and requeued.state == JobState.PENDING
+    assert requeued.preemption_count == 1
+    assert agent_logs_tail(job_id=job.pk) == "ready\ncheckpointed\n"
+
+
+def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(
+    ssh_node: Node, ssh_settings: Path
+) -> None:
+    job = started_job(
+        ssh_node, command=["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"]
+    )
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
+    job_preempt(job_id=job.pk, reason="test")
+
+    requeued = agent_stop(job_id=job.pk, attempt=job.attempt, grace_seconds=1)
+
+    assert requeued is not None and requeued.state == JobState.PENDING
+    wait_for(lambda: not _alive(pgid), timeout=5)
+
+
+def test_a_command_that_cannot_start_fails_with_its_exit_code(ssh_node: Node) -> None:
+    job = started_job(ssh_node, command=["/nonexistent/program", "--flag"])
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    finished = _finish_when_exited(ssh_node, job.pk)
+    assert finished.state == JobState.FAILED
+    assert finished.exit_code == 127
+
+
+def test_an_attempt_of_a_cancelled_job_is_stopped_by_the_poll(
+    ssh_node: Node, ssh_settings: Path
+) -> None:
+    job = started_job(ssh_node, command=["sleep", "60"])
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # as job_cancel leaves it
+    from jobs.models import Allocation
+
+    Allocation.objects.filter(job_id=job.pk).update(ended_at=job.started_at)
+
+    counts = agent_node_poll(node_id=ssh_node.pk, grace_seconds=1)
+
+    assert counts["stopped"] == 1
+    pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
+    wait_for(lambda: not _alive(pgid))
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_owners_read_their_running_jobs_logs_through_the_api_and_others_cannot(
+    ssh_node: Node,
+    owner,
+    outsider,
+    api_as,  # type: ignore[no-untyped-def]
+) -> None:
+    job = started_job(
+        ssh_node, command=["sh", "-c", "echo out; echo err >&2; sleep 30"], owner=owner
+    )
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    url = f"/api/v1/agents/jobs/{job.pk}/logs/"
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "out\n")
+
+    stdout = api_as(owner).get(url)
+    stderr = api_as(owner).get(url, {"stream": "stderr"})
+
+    assert stdout.status_code == 200
+    assert stdout.json() == {"job": job.pk, "attempt": 1, "stream": "stdout", "text": "out\n"}
+    assert stderr.json()["text"] == "err\n"
+    assert api_as(owner).get(url, {"stream": "/etc/passwd"}).status_code == 400
+    assert api_as(outsider).get(url).status_code == 404
+
+
+def test_launching_the_same_attempt_twice_starts_it_once(
+    ssh_node: Node, ssh_settings: Path
+) -> None:
+    job = started_job(ssh_node, command=["sh", "-c", "echo once; sleep 30"])
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    pid = (ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text()
+    Job.objects.filter(pk=job.pk).update(state=JobState.STARTING)  # a redelivered task
+
+    again = agent_launch(job_id=job.pk, attempt=job.attempt)
+
+    assert again is not None and again.state == JobState.RUNNING
+    assert (ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text() == pid
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "once\n")
