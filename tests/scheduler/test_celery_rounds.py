@@ -108,6 +108,7 @@ def test_a_burst_of_submissions_is_coalesced_into_a_few_rounds(
     wait_for(lambda: Job.objects.filter(state=JobState.RUNNING).count() == 4, what="4 jobs running")
     time.sleep(3)  # let any straggling requested round run
     rounds = SchedulingRound.objects.filter(trigger=RoundTrigger.EVENT).count()
+    print(f"\n{rounds} event rounds for 100 submissions")
     assert 1 <= rounds <= 10, f"{rounds} rounds for 100 submissions"
 
 

@@ -296,3 +296,65 @@ def test_allox_handles_no_jobs_and_no_devices() -> None:
     assert allox_place([], devs, snapshot(jobs, devs)) == {}
     assert allox_place(jobs, [], snapshot(jobs, devs)) == {}
     assert math.isfinite(RemainingService([], min_samples=1, fallback=1.0).expected(0.0))
+
+
+@pytest.mark.parametrize(
+    ("placement", "window", "expected_start"),
+    [
+        # Not AlloX placement: the pass's decisions are returned untouched.
+        (PlacementKind.BEST_FIT, 50, 1),
+        # A window of one: only the pass's own start is a candidate.
+        (PlacementKind.ALLOX, 1, 1),
+        (PlacementKind.ALLOX, 50, 2),
+    ],
+)
+def test_rematch_only_widens_the_choice_for_allox_within_the_window(
+    placement: PlacementKind, window: int, expected_start: int
+) -> None:
+    devs = devices({"nk": ("k80", 1)}, SPEED)
+    jobs = [
+        pending(1, 1, throughputs=speeds(k80=0.1)),
+        pending(2, 1, throughputs=speeds(k80=0.9)),
+    ]
+    snap = snapshot(jobs, devs, placement=placement, allox_window=window)
+    rematched = allox_rematch(snap, decide(snap))
+    assert [s.job_id for s in rematched.starts] == [expected_start]
+
+
+def test_rematch_respects_quotas_of_the_jobs_it_adds() -> None:
+    # Bob may hold no GPU at all: his job is never started, even if it suits the K80 best.
+    from scheduler.core.types import Account, Quota
+
+    devs = devices({"nk": ("k80", 1)}, SPEED)
+    jobs = [
+        pending(1, 1, user="alice", throughputs=speeds(k80=0.1)),
+        pending(2, 1, user="bob", throughputs=speeds(k80=0.9)),
+    ]
+    users = [Account("alice"), Account("bob", quota=Quota(max_gpus=0))]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX, users=users)
+    rematched = allox_rematch(snap, decide(snap))
+    assert [s.job_id for s in rematched.starts] == [1]
+
+
+def test_rematch_drops_a_preemption_whose_devices_no_start_uses() -> None:
+    # A queue-0 job preempts a queue-1 job on the only V100; the rematch may give that V100
+    # to someone else, but never preempts for nothing.
+    devs = devices({"nv": ("v100", 1)}, SPEED)
+    victim = running(
+        9,
+        (0,),
+        attained_service=50_000.0,
+        service_since_promotion=50_000.0,
+        queue_level=1,
+        started_at=0.0,
+    )
+    newcomer = pending(1, 1)
+    snap = snapshot([victim, newcomer], devs, placement=PlacementKind.ALLOX)
+    base = decide(snap)
+    rematched = allox_rematch(snap, base)
+    used = {d for s in rematched.starts for d in s.device_ids}
+    for p in rematched.preemptions:
+        assert set(snap.job_by_id[p.job_id].devices) & used
+    from scheduler.core.invariants import check_decisions
+
+    check_decisions(snap, rematched)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -58,7 +59,7 @@ def test_generated_jobs_are_uniform_over_types_and_start_at_zero() -> None:
     jobs = generate_jobs(jobs_per_hour=5.6, seed=0, num_jobs=5_200)
     assert [job.index for job in jobs] == list(range(5_200))
     assert jobs[0].arrival == 0.0
-    assert all(b.arrival >= a.arrival for a, b in zip(jobs, jobs[1:], strict=False))
+    assert all(b.arrival >= a.arrival for a, b in itertools.pairwise(jobs))
     assert {job.scale_factor for job in jobs} == {1}
     counts = Counter(job.model for job in jobs)
     assert set(counts) == {model for model, _ in JOB_TABLE}
