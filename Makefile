@@ -35,6 +35,7 @@ test: $(STAMP)
 	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
 	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq openssh-server; }
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest
 
 lint: $(STAMP)

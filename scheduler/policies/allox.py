@@ -269,7 +269,8 @@ class Variant:
 # The pass's placer sees only the jobs it chose, so a delayed slot can only leave a free
 # device idle: free devices only. The window step (`allox_rematch`) has alternatives for
 # every free device, and there AlloX's D term is what steers each job to the type it loses
-# least on (bench/README-gavel.md: 5.6 jobs/h, window queueing 41 h -> 13 h).
+# least on (bench/README-gavel.md: 5.6 jobs/h, mean queueing 41 h free-only vs 13 h with
+# busy slots, measured before preempted devices were pinned).
 VARIANT = Variant()
 WINDOW_VARIANT = Variant(offer_busy=True)
 
@@ -516,6 +517,11 @@ def _commit(
 # device that freed. `allox_rematch` is that step written against the pass's output, so it
 # can be measured now and folded into the pass (run_pass step 3) later.
 
+# (b) below: a pass start whose job has waited this many first-queue thresholds (seconds)
+# keeps the pass's placement. None = off. 1 threshold (1 h) pinned nearly every start under
+# load and erased AlloX's gain (bench/README-gavel.md), so it is off by default.
+PATIENCE_THRESHOLDS: float | None = None
+
 _CAPACITY_CODES = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
 
 
@@ -538,8 +544,27 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     if not held_ids:
         return decisions
     jobs = snapshot.job_by_id
-    started = {start.job_id for start in decisions.starts}
     preempted = {p.job_id for p in decisions.preemptions}
+    # Pinned starts keep the pass's placement: (a) a start on a preempted job's devices,
+    # because a preemption is the pass's priority decision and handing those devices to
+    # another waiting job would let jobs of one queue preempt each other (measured: 30x
+    # preemption churn); (b) a start whose job has waited `patience` already, so AlloX's
+    # preference for short or well-suited jobs cannot starve it (its starvation tail).
+    victim_devices = {d for job_id in preempted for d in jobs[job_id].devices}
+    patience = (
+        PATIENCE_THRESHOLDS * snapshot.settings.queue_thresholds[0]
+        if PATIENCE_THRESHOLDS is not None and snapshot.settings.queue_thresholds
+        else math.inf
+    )
+    pinned = [
+        start
+        for start in decisions.starts
+        if victim_devices.intersection(start.device_ids)
+        or jobs[start.job_id].waiting_since_promotion >= patience
+    ]
+    pinned_devices = {d for start in pinned for d in start.device_ids}
+    pinned_ids = {start.job_id for start in pinned}
+    started = {start.job_id for start in decisions.starts} - pinned_ids
     node_ok = {node.name: node.schedulable for node in snapshot.nodes}
     held_devices = {
         d
@@ -553,6 +578,8 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
         if node_ok.get(d.node, True)
         and d.id not in snapshot.busy_device_ids
         and d.id not in held_devices
+        and d.id not in victim_devices
+        and d.id not in pinned_devices
     ]
     if not free:
         return decisions
@@ -561,11 +588,20 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
 
     running = [job for job in snapshot.jobs if job.is_running and job.id not in preempted]
     ledger = QuotaLedger(snapshot, running)
+    device_by_id = snapshot.device_by_id
+    for start in pinned:
+        pinned_counts: dict[str, int] = {}
+        for device_id in start.device_ids:
+            t = device_by_id[device_id].device_type
+            pinned_counts[t] = pinned_counts.get(t, 0) + 1
+        ledger.charge(jobs[start.job_id], pinned_counts)
     all_types = tuple(sorted({d.device_type for d in snapshot.devices}))
     window = snapshot.settings.allox_window if snapshot.settings.allox_window > 0 else 1 << 30
     extra_room = max(window - len(started), 0)
     candidates: list[Job] = []
     for job_id in decisions.order:
+        if job_id in pinned_ids:
+            continue
         if job_id not in started:
             if job_id not in held_ids or extra_room == 0:
                 continue
@@ -580,8 +616,7 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
         candidates.append(job)
 
     placed = place(candidates, free, snapshot, variant=WINDOW_VARIANT)
-    device_by_id = snapshot.device_by_id
-    starts: list[Start] = []
+    starts: list[Start] = list(pinned)
     for job in candidates:
         device_ids = placed.get(job.id)
         if device_ids is None:
@@ -603,7 +638,7 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     )
     now_started = {start.job_id for start in starts}
     reasons = {h.job_id: h.reason for h in decisions.holds if h.job_id not in now_started}
-    for job_id in started - now_started:
+    for job_id in {start.job_id for start in decisions.starts} - now_started:
         reasons[job_id] = Reason(
             ReasonCode.WAITING_FOR_RESOURCES, "AlloX: another job loses less on the free devices"
         )

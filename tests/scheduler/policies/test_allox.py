@@ -358,3 +358,17 @@ def test_rematch_drops_a_preemption_whose_devices_no_start_uses() -> None:
     from scheduler.core.invariants import check_decisions
 
     check_decisions(snap, rematched)
+
+
+def test_rematch_never_hands_a_patient_jobs_start_to_another_job(monkeypatch) -> None:
+    monkeypatch.setattr("scheduler.policies.allox.PATIENCE_THRESHOLDS", 1.0)
+    # The head job has waited an hour (the first queue threshold): AlloX may not make it
+    # wait longer for a better device, even though job 2 suits the K80 far better.
+    devs = devices({"nk": ("k80", 1)}, SPEED)
+    jobs = [
+        pending(1, 1, throughputs=speeds(k80=0.1), waiting_since_promotion=3_600.0),
+        pending(2, 1, throughputs=speeds(k80=0.9)),
+    ]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    rematched = allox_rematch(snap, decide(snap))
+    assert [s.job_id for s in rematched.starts] == [1]
