@@ -98,3 +98,32 @@ def token_client(user: User) -> APIClient:
 def api_as():
     """api_as(user) -> an APIClient authenticated with a fresh token of that user."""
     return token_client
+
+
+@pytest.fixture
+def celery_published():
+    """Tasks really published to this test run's Celery queue on Redis, oldest first.
+
+    No stand-in broker: `.delay()` goes through kombu to Redis, and this reads the
+    messages back from the queue's list (then empties it, so nothing leaks into a later
+    test or a worker).
+    """
+    import base64
+    import json
+
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    client.delete(queue)
+
+    def published() -> list[tuple[str, dict]]:
+        messages = []
+        for raw in reversed(client.lrange(queue, 0, -1)):  # LPUSH puts the newest first
+            envelope = json.loads(raw)
+            _args, kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+            messages.append((envelope["headers"]["task"], kwargs))
+        return messages
+
+    yield published
+    client.delete(queue)

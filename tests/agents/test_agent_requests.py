@@ -26,20 +26,17 @@ def real_node(db: None) -> Node:
 
 
 def test_a_start_on_a_real_node_becomes_a_launch_task(
-    real_node: Node, settings: Any, monkeypatch: pytest.MonkeyPatch
+    real_node: Node, settings: Any, celery_published: Any
 ) -> None:
     settings.GPULAB_SCHEDULER_MODE = "celery"
-    sent: list[tuple[str, dict]] = []
-    monkeypatch.setattr(tasks.agent_launch_task, "delay", lambda **kw: sent.append(("launch", kw)))
-    monkeypatch.setattr(tasks.agent_stop_task, "delay", lambda **kw: sent.append(("stop", kw)))
     job = started_job(real_node, command=["true"])
 
     agent_launch_request(job_id=job.pk, attempt=1)
     agent_stop_request(job_id=job.pk, attempt=1, grace_seconds=30)
 
-    assert sent == [
-        ("launch", {"job_id": job.pk, "attempt": 1}),
-        ("stop", {"job_id": job.pk, "attempt": 1, "grace_seconds": 30}),
+    assert celery_published() == [
+        (tasks.agent_launch_task.name, {"job_id": job.pk, "attempt": 1}),
+        (tasks.agent_stop_task.name, {"job_id": job.pk, "attempt": 1, "grace_seconds": 30}),
     ]
 
 
@@ -105,7 +102,7 @@ def test_the_poll_visits_real_trusted_nodes_that_are_not_down(db: None) -> None:
 
 
 def test_launches_and_stops_whose_task_was_lost_are_asked_for_again(
-    real_node: Node, settings: Any, monkeypatch: pytest.MonkeyPatch
+    real_node: Node, settings: Any, celery_published: Any
 ) -> None:
     from datetime import timedelta
 
@@ -121,16 +118,16 @@ def test_launches_and_stops_whose_task_was_lost_are_asked_for_again(
     job_preempt(job_id=stuck_stop.pk, reason="test")
     long_ago = timezone.now() - timedelta(hours=2)
     Job.objects.update(updated_at=long_ago)
-    sent: list[tuple[str, dict]] = []
-    monkeypatch.setattr(tasks.agent_launch_task, "delay", lambda **kw: sent.append(("launch", kw)))
-    monkeypatch.setattr(tasks.agent_stop_task, "delay", lambda **kw: sent.append(("stop", kw)))
-    monkeypatch.setattr(tasks.agent_node_poll_task, "delay", lambda **kw: None)
-
     tasks.agent_poll_all_task()
 
-    assert sent == [
-        ("launch", {"job_id": stuck_start.pk, "attempt": 1}),
-        ("stop", {"job_id": stuck_stop.pk, "attempt": 1, "grace_seconds": 30}),
+    # Besides one poll per real node, the lost launch and the lost stop are asked again.
+    asked_again = [m for m in celery_published() if m[0] != tasks.agent_node_poll_task.name]
+    assert asked_again == [
+        (tasks.agent_launch_task.name, {"job_id": stuck_start.pk, "attempt": 1}),
+        (
+            tasks.agent_stop_task.name,
+            {"job_id": stuck_stop.pk, "attempt": 1, "grace_seconds": 30},
+        ),
     ]
 
 
