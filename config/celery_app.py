@@ -60,4 +60,10 @@ app.conf.beat_schedule = {
         "schedule": 10.0,
         "options": {"expires": 10.0},
     },
+    # Dashboard aggregates: usage per hour, queue and utilization samples, heatmap buckets.
+    "dashboard-aggregates": {
+        "task": "dashboard.aggregates_update",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
 }

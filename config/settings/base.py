@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "jobs",
     "scheduler",
     "agents",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -135,6 +136,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.js from the installed plotly package: pages never depend on a CDN.
+    "dashboard.finders.PlotlyJsFinder",
+]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES = {
