@@ -1,9 +1,87 @@
-"""Placeholder: filled in by the dashboard work (issue 6)."""
+"""GET /api/v1/queue/: the queue page's data (pending in order, running, the caller's jobs)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from django.core.paginator import Paginator
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from config.errors import ValidationFailed
+
+from ..selectors import queue as queue_selectors
+
+PAGE_SIZE = 50
+
+
+class QueueEntryOutput(serializers.Serializer):
+    job_id = serializers.IntegerField(
+        allow_null=True, help_text="Null for another user's job (students see only their own)."
+    )
+    name = serializers.CharField(help_text="Empty for another user's job.")
+    owner = serializers.CharField(help_text="Empty for another user's job.")
+    group = serializers.CharField()
+    mine = serializers.BooleanField()
+    state = serializers.CharField()
+    num_gpus = serializers.IntegerField()
+    accepted_types = serializers.ListField(child=serializers.CharField())
+    queue_level = serializers.IntegerField()
+    queue_position = serializers.IntegerField(allow_null=True)
+    attained_gpu_hours = serializers.FloatField(help_text="Normalized by device speed.")
+    waiting_seconds = serializers.FloatField(
+        help_text="Pending: since it last became pending. Running: since it started."
+    )
+    reason = serializers.CharField(help_text="The scheduler's reason code and detail.")
+    reason_words = serializers.CharField()
+    jobs_ahead = serializers.IntegerField()
+    gpus_ahead = serializers.IntegerField()
+
+
+class QueueOutput(serializers.Serializer):
+    pending_total = serializers.IntegerField()
+    pending_gpus = serializers.IntegerField()
+    page = serializers.IntegerField()
+    num_pages = serializers.IntegerField()
+    pending = QueueEntryOutput(many=True)
+    running = QueueEntryOutput(many=True)
+    mine = QueueEntryOutput(many=True, help_text="The caller's pending jobs.")
 
 
 class QueueApi(APIView):
-    pass
+    @extend_schema(
+        summary="The queue in the scheduler's order, with reasons and what is ahead",
+        description=(
+            "Pending jobs (50 per page) in the order of the last scheduling round, every "
+            "running job, and the caller's own pending jobs. Students see other users' "
+            "entries without owner, name or id."
+        ),
+        parameters=[OpenApiParameter("page", int, description="Page of the pending list.")],
+        responses=QueueOutput,
+    )
+    def get(self, request: Request) -> Response:
+        raw_page = request.query_params.get("page", "1")
+        if not raw_page.isdigit() or int(raw_page) < 1:
+            raise ValidationFailed({"page": ["A page number, 1 or more."]})
+        order = queue_selectors.pending_order()
+        paginator = Paginator(order, PAGE_SIZE)
+        number = int(raw_page)
+        if order and number > paginator.num_pages:
+            raise ValidationFailed({"page": [f"There are {paginator.num_pages} pages."]})
+        page = paginator.page(min(number, paginator.num_pages))
+        view = queue_selectors.queue_view(
+            viewer=request.user, order=order, page_rows=page.object_list
+        )
+        data = {
+            "pending_total": view.pending_total,
+            "pending_gpus": view.pending_gpus,
+            "page": page.number,
+            "num_pages": paginator.num_pages,
+            "pending": [dataclasses.asdict(entry) for entry in view.pending],
+            "running": [dataclasses.asdict(entry) for entry in view.running],
+            "mine": [dataclasses.asdict(entry) for entry in view.mine],
+        }
+        return Response(QueueOutput(data).data)
