@@ -29,7 +29,7 @@ class PlotlyJsFinder(BaseFinder):
 
     def find(self, path: str, find_all: bool = False, **kwargs) -> str | list[str]:  # type: ignore[no-untyped-def, override]
         if path != PLOTLY_JS_STATIC_PATH:
-            return [] if find_all else ""
+            return []  # Django's own finders answer "not found" with an empty list
         found = self.storage.path(PLOTLY_JS_NAME)
         return [found] if find_all else found
 
