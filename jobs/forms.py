@@ -9,6 +9,7 @@ from django import forms
 from accounts.models import User
 
 from .choices import Consolidation
+from .models import Job
 from .services import JobSpec
 
 
@@ -51,6 +52,10 @@ class JobSubmitForm(forms.Form):
         self.fields["group"].choices = [("", "default")] + [(name, name) for name in groups]
         if user.default_group_id:
             self.fields["group"].initial = user.default_group.name
+        # A cloned job's group may not be the submitter's (an admin cloning a student's
+        # job): fall back to the default rather than pre-select a choice that is not there.
+        if self.initial.get("group") not in (None, "", *groups):
+            self.initial.pop("group")
 
     def clean_command(self) -> list[str]:
         try:
@@ -91,6 +96,47 @@ class JobSubmitForm(forms.Form):
             max_retries=data["max_retries"],
             group=data.get("group") or None,
         )
+
+
+def initial_from_job(job: Job) -> dict[str, object]:
+    """Form values that resubmit `job` as it was submitted ("clone and resubmit").
+
+    The inverse of `JobSubmitForm.to_spec`: argv back to shell words (`shlex.join`, which
+    `clean_command` splits to the same list), env back to NAME=value lines. The group is
+    kept only if the new submitter may use it; otherwise the form's default applies.
+    The caller has already checked that the user may see `job`.
+    """
+    walltime = job.walltime_seconds
+    initial: dict[str, object] = {
+        "name": job.name,
+        "image": job.image,
+        "command": shlex.join(job.command),
+        "num_gpus": job.num_gpus,
+        "accepted_types": ", ".join(job.accepted_types),
+        "consolidation": job.consolidation,
+        # Rounded up: a limit set through the API in seconds must not shrink.
+        "walltime_minutes": -(-walltime // 60) if walltime else None,
+        "max_retries": job.max_retries,
+        "env": "\n".join(f"{name}={value}" for name, value in job.env.items()),
+    }
+    if job.group is not None:
+        initial["group"] = job.group.name
+    return initial
+
+
+def clone_caveats(job: Job) -> list[str]:
+    """What the one-line form fields cannot carry over from `job` (line breaks in values a
+    job submitted through the API may have): said on the page rather than lost silently."""
+    caveats = []
+    if any("\n" in arg or "\r" in arg for arg in job.command):
+        caveats.append("An argument of the command contains a line break; check the command.")
+    broken = sorted(name for name, value in job.env.items() if "\n" in value or "\r" in value)
+    if broken:
+        caveats.append(
+            f"The value of {', '.join(broken)} spans several lines, which this form cannot "
+            "hold; submit through the API to keep it."
+        )
+    return caveats
 
 
 # Service error keys that are not form fields land on the matching form field, or on top.

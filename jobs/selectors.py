@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, QuerySet
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Max, QuerySet
 
 from accounts.models import User
+from agents.models import JobGpuMinute, JobGpuSample
 from config.errors import NotFound
 
 from .choices import JobState
@@ -54,3 +61,130 @@ def job_state_counts(*, user: User) -> dict[str, int]:
     for row in rows:
         counts[row["state"]] = row["total"]
     return counts
+
+
+def jobs_visible_by_id(*, user: User, job_ids: Iterable[int]) -> dict[int, Job]:
+    """Of `job_ids`, the jobs `user` may see, by id (one query; unknown ids are left out).
+
+    Pages that mention other jobs (e.g. "preempted for job #12") link only these, so a
+    student never learns anything about a job that is not theirs.
+    """
+    wanted = set(job_ids)
+    if not wanted:
+        return {}
+    return {job.pk: job for job in job_visible_to(user=user).filter(pk__in=wanted)}
+
+
+@dataclass(frozen=True)
+class GpuUsePoint:
+    at: datetime
+    utilization_pct: float | None  # None: the device reported no utilization (e.g. MIG)
+    memory_used_mb: int
+
+
+@dataclass(frozen=True)
+class DeviceGpuUse:
+    device_id: int
+    label: str  # "node/index (type)"
+    points: list[GpuUsePoint]
+    step: timedelta  # the spacing of the points: a minute, or the bucket width
+
+
+MINUTE = timedelta(minutes=1)
+GPU_USE_WINDOW = timedelta(hours=24)
+GPU_USE_MAX_POINTS = 480  # per device: enough for a 390-1200 px wide chart
+
+
+def job_gpu_use(
+    *,
+    job: Job,
+    window: timedelta = GPU_USE_WINDOW,
+    max_points: int = GPU_USE_MAX_POINTS,
+) -> list[DeviceGpuUse]:
+    """What `job` used of each GPU over the last `window` of its activity, oldest first.
+
+    1. The window ends at the job's newest reading (per-minute roll-up or raw sample), not
+       at now: a job that last ran two days ago still shows its last day of use.
+    2. Per-minute roll-ups (`JobGpuMinute`: mean utilization, peak memory) cover the
+       window up to the job's last rolled-up minute; raw heartbeat samples
+       (`JobGpuSample`) after that minute fill in what the roll-up has not reached yet.
+    3. Long windows are bucketed to at most `max_points` points per device (mean
+       utilization, peak memory), which keeps the page light under auto-refresh.
+    Four queries, whatever the number of devices.
+    """
+    last_minute = JobGpuMinute.objects.filter(job=job).aggregate(last=Max("minute"))["last"]
+    last_raw = JobGpuSample.objects.filter(job=job).aggregate(last=Max("at"))["last"]
+    ends = [at for at in (last_minute and last_minute + MINUTE, last_raw) if at is not None]
+    if not ends:
+        return []
+    start = max(ends) - window
+    devices: dict[int, tuple[str, int, str]] = {}  # id -> (node name, index, type name)
+    points: dict[int, list[GpuUsePoint]] = {}
+
+    def add(row: dict[str, Any], at: datetime, utilization: float | None, memory: int) -> None:
+        device_id = row["device_id"]
+        if device_id not in devices:
+            devices[device_id] = (
+                row["device__node__name"],
+                row["device__index"],
+                row["device__device_type__name"],
+            )
+            points[device_id] = []
+        points[device_id].append(GpuUsePoint(at, utilization, memory))
+
+    device_fields = (
+        "device_id",
+        "device__node__name",
+        "device__index",
+        "device__device_type__name",
+    )
+    minutes = (
+        JobGpuMinute.objects.filter(job=job, minute__gte=start)
+        .values(*device_fields, "minute", "utilization_avg", "memory_used_max_mb")
+        .order_by("minute", "device_id")
+    )
+    for row in minutes:
+        add(row, row["minute"], row["utilization_avg"], row["memory_used_max_mb"])
+    # Raw samples of a minute already rolled up are in that minute's row; only later ones
+    # are new. The roll-up handles every job's complete minutes at once, so "after this
+    # job's last rolled minute" means "not rolled up yet".
+    raw_since = max(start, last_minute + MINUTE) if last_minute else start
+    samples = (
+        JobGpuSample.objects.filter(job=job, at__gte=raw_since)
+        .values(*device_fields, "at", "utilization_pct", "memory_used_mb")
+        .order_by("at", "device_id")
+    )
+    for row in samples:
+        add(row, row["at"], row["utilization_pct"], row["memory_used_mb"])
+    uses = []
+    for device_id, (node, index, type_name) in sorted(devices.items(), key=lambda d: d[1]):
+        bucketed, step = _bucketed(points[device_id], max_points)
+        uses.append(DeviceGpuUse(device_id, f"{node}/{index} ({type_name})", bucketed, step))
+    return uses
+
+
+def _bucketed(points: list[GpuUsePoint], max_points: int) -> tuple[list[GpuUsePoint], timedelta]:
+    """At most about `max_points` points: mean utilization and peak memory per bucket.
+
+    Buckets are whole minutes aligned to the epoch, not to the first point, so the points
+    stay put when auto-refresh slides the window forward.
+    """
+    if len(points) <= max_points:
+        return points, MINUTE
+    span = (points[-1].at - points[0].at).total_seconds()
+    width = max(math.ceil(span / max_points / 60), 1) * 60
+    buckets: dict[int, list[GpuUsePoint]] = {}
+    for point in points:
+        buckets.setdefault(int(point.at.timestamp() // width), []).append(point)
+    merged = []
+    for index in sorted(buckets):
+        group = buckets[index]
+        readings = [p.utilization_pct for p in group if p.utilization_pct is not None]
+        merged.append(
+            GpuUsePoint(
+                at=datetime.fromtimestamp(index * width, tz=UTC),
+                utilization_pct=sum(readings) / len(readings) if readings else None,
+                memory_used_mb=max(p.memory_used_mb for p in group),
+            )
+        )
+    return merged, timedelta(seconds=width)

@@ -1,19 +1,117 @@
-"""HTML pages for jobs: list, submit, detail, cancel. Thin: services and selectors do the work."""
+"""HTML pages for jobs: list, submit (and clone), detail, its log fragment, cancel.
+
+Thin: services and selectors do the work; what is here is presentation (figures, the
+wording of messages) and mapping domain errors to what a page shows.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.utils import timezone
+from django.utils.http import urlencode
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from plotly.subplots import make_subplots
 
+from accounts.models import User
+from agents.selectors import node_of_attempt
+from agents.services import agent_logs_tail
+from cluster.choices import NodeState
+from cluster.models import Node
 from config.errors import ApplicationError, NotFound, ValidationFailed
+from dashboard.charts import PALETTE, figure_json, figure_new
 
 from . import selectors, services
 from .choices import TERMINAL_STATES, JobState
-from .forms import SERVICE_FIELD_TO_FORM_FIELD, JobSubmitForm
+from .forms import SERVICE_FIELD_TO_FORM_FIELD, JobSubmitForm, clone_caveats, initial_from_job
+from .models import Job, JobEvent
+
+logger = logging.getLogger(__name__)
+
+LIST_REFRESH_SECONDS = 15
+DETAIL_REFRESH_SECONDS = 10
+# Readings further apart than this (or than two buckets of a long window) mean the job
+# was not on the GPUs in between: minute rows come one a minute, heartbeats more often.
+GPU_USE_GAP = timedelta(minutes=3)
+LOG_STREAMS = ("stdout", "stderr")
+LOG_TAIL_LINES = 200
+# Enough bytes for 200 ordinary lines; a log of very long lines shows fewer.
+LOG_TAIL_BYTES = 64 * 1024
+# After a node fails to answer, the fragment says so from the cache for this long instead
+# of trying SSH again: each try can hold a web worker for the SSH timeout × attempts.
+LOG_UNREACHABLE_BACKOFF_SECONDS = 30
+
+
+# --------------------------------------------------------------------------- preemption notes
+
+# jobs.services.job_preempt writes "Preempted for job #<id>: <reason>" into the event
+# message and the job's reason; this reads the preempting job back out of that text.
+_PREEMPTED_FOR = re.compile(r"\APreempted for job #(\d+): (.*)\Z", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class PreemptionNote:
+    """A "Preempted for <job>: <why>" text, with the job only if the viewer may see it."""
+
+    by_job_id: int
+    by_job: Job | None  # None: not the viewer's to see; the page says "another job"
+    why: str
+
+
+@dataclass(frozen=True)
+class Described:
+    """A text from the trail (event message, job reason), possibly a preemption note."""
+
+    text: str
+    preemption: PreemptionNote | None
+
+
+def _preempting_job_id(text: str) -> int | None:
+    match = _PREEMPTED_FOR.match(text)
+    return int(match.group(1)) if match else None
+
+
+def _describe_all(texts: list[str], *, user: User) -> list[Described]:
+    """Each text, with preemption notes resolved in one query for all of them."""
+    visible = selectors.jobs_visible_by_id(
+        user=user,
+        job_ids=[job_id for text in texts if (job_id := _preempting_job_id(text)) is not None],
+    )
+    described = []
+    for text in texts:
+        match = _PREEMPTED_FOR.match(text)
+        note = None
+        if match:
+            job_id = int(match.group(1))
+            note = PreemptionNote(by_job_id=job_id, by_job=visible.get(job_id), why=match[2])
+        described.append(Described(text=text, preemption=note))
+    return described
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job: Job
+    reason: Described
+
+
+@dataclass(frozen=True)
+class EventRow:
+    event: JobEvent
+    message: Described
+
+
+# --------------------------------------------------------------------------- list
 
 
 @login_required
@@ -25,21 +123,41 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     jobs = selectors.job_list(user=request.user, state=state, owner=owner)
     counts = selectors.job_state_counts(user=request.user)
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
+    page_jobs = list(page.object_list)
+    reasons = _describe_all([job.reason for job in page_jobs], user=request.user)
     return render(
         request,
         "jobs/list.html",
         {
             "page": page,
+            "rows": [
+                JobRow(job=job, reason=reason)
+                for job, reason in zip(page_jobs, reasons, strict=True)
+            ],
             "state": state,
             "owner": owner,
+            # Filter links keep the owner filter, pager links keep both filters.
+            "owner_query": urlencode({"owner": owner}) if owner else "",
+            "filter_query": urlencode({k: v for k, v in (("state", state), ("owner", owner)) if v}),
             "states": [(value, label, counts[value]) for value, label in JobState.choices],
+            "refresh_seconds": LIST_REFRESH_SECONDS,
         },
     )
 
 
+# --------------------------------------------------------------------------- submit and clone
+
+
 @login_required
 def job_submit_page(request: HttpRequest) -> HttpResponse:
-    form = JobSubmitForm(request.POST or None, user=request.user)
+    clone_of = None
+    initial: dict[str, Any] = {}
+    if request.method != "POST" and "clone" in request.GET:
+        # The same access rule as the detail page: another student's job is a 404, so
+        # cloning can never show its command or environment.
+        clone_of = _job_or_404(request, request.GET["clone"])
+        initial = initial_from_job(clone_of)
+    form = JobSubmitForm(request.POST or None, user=request.user, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             job = services.job_submit(owner=request.user, spec=form.to_spec())
@@ -51,24 +169,193 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Job #{job.pk} submitted; it is pending.")
             return redirect("jobs:detail", job_id=job.pk)
-    return render(request, "jobs/submit.html", {"form": form})
+    return render(
+        request,
+        "jobs/submit.html",
+        {
+            "form": form,
+            "clone_of": clone_of,
+            "clone_caveats": clone_caveats(clone_of) if clone_of is not None else [],
+        },
+    )
+
+
+def _job_or_404(request: HttpRequest, job_id: Any) -> Job:
+    try:
+        return selectors.job_get_for_user(user=request.user, job_id=int(job_id))
+    except (NotFound, ValueError, TypeError) as exc:
+        raise Http404("No such job.") from exc
+
+
+# --------------------------------------------------------------------------- detail
 
 
 @login_required
 def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
-    try:
-        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
+    job = _job_or_404(request, job_id)
+    events = list(selectors.job_events(job=job))
+    # The reason and the event messages share one lookup of the jobs they mention.
+    described = _describe_all([job.reason, *(event.message for event in events)], user=request.user)
+    terminal = job.state in TERMINAL_STATES
+    # A job that ended before it ever ran has no use to chart.
+    show_gpu_use = job.first_started_at is not None or not terminal
     return render(
         request,
         "jobs/detail.html",
         {
             "job": job,
-            "events": selectors.job_events(job=job),
-            "can_cancel": job.state not in TERMINAL_STATES,
+            "reason": described[0],
+            "events": [
+                EventRow(event, message)
+                for event, message in zip(events, described[1:], strict=True)
+            ],
+            "can_cancel": not terminal,
+            "show_gpu_use": show_gpu_use,
+            "gpu_figure": _gpu_use_figure(selectors.job_gpu_use(job=job)) if show_gpu_use else "",
+            "charts": show_gpu_use,
+            # A finished job does not change any more: no refresh, no polling of its log.
+            "refresh_seconds": None if terminal else DETAIL_REFRESH_SECONDS,
         },
     )
+
+
+def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
+    """Utilization (top) and memory used (bottom) per device, on one shared time axis."""
+    figure = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=("Utilization (%)", "Memory used (GiB)"),
+        figure=figure_new(height=440),
+    )
+    for number, device in enumerate(devices):
+        times: list[datetime | None] = []
+        utilization: list[float | None] = []
+        memory: list[float | None] = []
+        previous = None
+        gap = max(GPU_USE_GAP, 2 * device.step)
+        for point in device.points:
+            # A gap (preempted, pending, node silent) is a break in the line, not a slope.
+            if previous is not None and point.at - previous > gap:
+                times.append(None)
+                utilization.append(None)
+                memory.append(None)
+            previous = point.at
+            # Plotly draws datetimes as wall-clock text: give it the site's local time,
+            # the same clock as the page's other timestamps.
+            times.append(timezone.localtime(point.at).replace(tzinfo=None))
+            utilization.append(point.utilization_pct)
+            memory.append(round(point.memory_used_mb / 1024, 2))
+        style = {
+            # A job that just started has a point or two: a line alone would be invisible.
+            "mode": "lines" if len(device.points) > 30 else "lines+markers",
+            "line": {"color": PALETTE[number % len(PALETTE)], "width": 1.5},
+            "legendgroup": device.label,
+            "name": device.label,
+        }
+        figure.add_scatter(x=times, y=utilization, row=1, col=1, **style)
+        figure.add_scatter(x=times, y=memory, row=2, col=1, showlegend=False, **style)
+    # figure_new styled only the axes that existed; the grid adds a second pair. Room at
+    # the top for the panel titles, which the house style's margin (no title) lacks.
+    figure.update_xaxes(gridcolor="#eceff3", zeroline=False)
+    figure.update_yaxes(gridcolor="#eceff3", zeroline=False)
+    figure.update_yaxes(range=[0, 100], row=1, col=1)
+    figure.update_yaxes(rangemode="tozero", row=2, col=1)
+    figure.update_layout(margin={"t": 32})
+    figure.update_annotations(font_size=13)  # the panel titles
+    if not devices:
+        figure.add_annotation(
+            text="No GPU use recorded yet.",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font={"size": 14, "color": "#5b6575"},
+        )
+    return figure_json(figure)
+
+
+@dataclass(frozen=True)
+class LogTail:
+    stream: str
+    text: str = ""
+    lines: int = 0
+    problem: str = ""  # said instead of the log when it cannot be shown
+    detail: str = ""  # the technical cause (addresses, host keys): shown to admins only
+
+
+@login_required
+@require_GET
+@never_cache
+def job_logs_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The log region of the detail page, as an HTML fragment that job_detail.js loads.
+
+    Apart from the page because reading a log is SSH to the node: a node that does not
+    answer can take the SSH timeout × connect attempts, and the page must not wait for it.
+    """
+    job = _job_or_404(request, job_id)
+    stream = request.GET.get("stream", "stdout")
+    if stream not in LOG_STREAMS:
+        stream = "stdout"
+    return render(
+        request,
+        "jobs/_logs.html",
+        {
+            "job": job,
+            "log": _log_tail(job=job, stream=stream),
+            "streams": LOG_STREAMS,
+            "final": job.state in TERMINAL_STATES,
+            "read_at": timezone.now(),
+        },
+    )
+
+
+def _log_tail(*, job: Job, stream: str) -> LogTail:
+    """The last lines of the current attempt's `stream`, or why they cannot be shown.
+
+    Never raises for node trouble: a page must say "cannot reach the node", not fail.
+    """
+    if job.attempt == 0:
+        return LogTail(stream, problem="No logs yet: the job has not started.")
+    node = node_of_attempt(job_id=job.pk, attempt=job.attempt)
+    if node is not None and node.state == NodeState.DOWN:
+        return LogTail(stream, problem=f"Node {node.name} is down, so its logs cannot be read now.")
+    backoff_key = f"jobs:logs-unreachable:{job.pk}:{job.attempt}"
+    if (detail := cache.get(backoff_key)) is not None:
+        return _unreachable(stream, node, detail)
+    try:
+        text = agent_logs_tail(job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES)
+    except NotFound:
+        return LogTail(stream, problem="No logs yet: the job has not started.")
+    except (ApplicationError, OSError) as exc:
+        # NodeUnreachable, HostKeyRefused, no SSH key configured; OSError in case a
+        # network error ever slips past agents.ssh's wrapping.
+        detail = exc.message if isinstance(exc, ApplicationError) else str(exc)
+        logger.info("Log of job %s not readable: %s", job.pk, detail)
+        cache.set(backoff_key, detail, LOG_UNREACHABLE_BACKOFF_SECONDS)
+        return _unreachable(stream, node, detail)
+    if not text and node is not None and node.simulated:
+        # agents.simulated runs no process, so there is nothing to tail; say why.
+        return LogTail(stream, problem=f"{node.name} is a simulated (demo) node: no log output.")
+    lines = text.splitlines()
+    if len(text.encode()) >= LOG_TAIL_BYTES and len(lines) > 1:
+        lines = lines[1:]  # cut at a byte count: the first line is probably partial
+    lines = lines[-LOG_TAIL_LINES:]
+    return LogTail(stream, text="\n".join(lines), lines=len(lines))
+
+
+def _unreachable(stream: str, node: Node | None, detail: str) -> LogTail:
+    where = f"node {node.name}" if node is not None else "its node"
+    return LogTail(
+        stream,
+        problem=f"The log cannot be read from {where} right now.",
+        detail=detail,
+    )
+
+
+# --------------------------------------------------------------------------- cancel
 
 
 @login_required

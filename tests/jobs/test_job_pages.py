@@ -156,3 +156,43 @@ def test_a_student_cannot_open_the_django_admin(owner, lab_admin):
 def test_every_model_has_a_working_admin_page(lab_admin, owner, path):
     JobFactory(owner=owner)
     assert logged_in(lab_admin).get(path).status_code == 200
+
+
+@pytest.mark.django_db
+def test_my_jobs_refreshes_its_table_every_15_seconds(owner):
+    JobFactory(owner=owner)
+    page = logged_in(owner).get("/jobs/").content.decode()
+    assert 'data-refresh-seconds="15"' in page
+    assert 'data-refresh-id="job-table"' in page and 'data-refresh-id="job-filters"' in page
+
+
+@pytest.mark.django_db
+def test_my_jobs_shows_the_queue_position_and_the_reason(owner):
+    JobFactory(owner=owner, queue_position=3, reason="Waiting for 2 a100 GPUs.")
+    page = logged_in(owner).get("/jobs/").content.decode()
+    assert "#3 · Waiting for 2 a100 GPUs." in page
+
+
+@pytest.mark.django_db
+def test_the_pager_and_the_state_filters_keep_the_other_filters(owner, lab_admin):
+    JobFactory.create_batch(51, owner=owner, state=JobState.PENDING)
+    client = logged_in(lab_admin)
+    first = client.get("/jobs/", {"state": "PENDING", "owner": "alice"}).content.decode()
+    assert "?page=2&amp;state=PENDING&amp;owner=alice" in first
+    assert "?state=RUNNING&amp;owner=alice" in first
+    second = client.get("/jobs/", {"state": "PENDING", "owner": "alice", "page": 2})
+    assert len(second.context["rows"]) == 1
+    assert "?page=1&amp;state=PENDING&amp;owner=alice" in second.content.decode()
+
+
+@pytest.mark.django_db
+def test_my_jobs_needs_a_bounded_number_of_queries(owner, outsider, django_assert_max_num_queries):
+    winner = JobFactory(owner=outsider)
+    JobFactory.create_batch(
+        50, owner=owner, state=JobState.PENDING, reason=f"Preempted for job #{winner.pk}: x"
+    )
+    client = logged_in(owner)
+    # session, user, state counts, page count, page rows, the jobs the reasons mention
+    with django_assert_max_num_queries(6):
+        page = client.get("/jobs/").content.decode()
+    assert page.count("Preempted for another job: x") == 50

@@ -1,0 +1,91 @@
+/* Job detail page: the log region.
+
+   The page itself never reads the log (that is SSH to the node, which may hang for the SSH
+   timeout): this loads it from the small `jobs:logs-fragment` endpoint after the page has
+   rendered, switches between stdout and stderr, and re-reads it on the page's refresh
+   period while the job runs. Like gpulab.js's refresh, it waits while the tab is hidden,
+   while auto-refresh is paused, and while the reader has text selected in the log. */
+(function () {
+  "use strict";
+
+  function refreshPaused() {
+    var toggle = document.querySelector("[data-refresh-toggle]");
+    return Boolean(toggle && toggle.getAttribute("aria-pressed") === "true");
+  }
+
+  function selectionIn(element) {
+    var selection = window.getSelection && window.getSelection();
+    return Boolean(selection && !selection.isCollapsed && element.contains(selection.anchorNode));
+  }
+
+  function startLog(region) {
+    var url = region.dataset.logsUrl;
+    var main = document.querySelector("main[data-refresh-seconds]");
+    var seconds = main ? Number(main.dataset.refreshSeconds) : 0;
+    var stream = "stdout";
+    var loading = false;
+    var finished = false;
+
+    function show(html) {
+      var oldLog = region.querySelector("pre.log");
+      // Follow the tail (like tail -f) unless the reader scrolled up to read.
+      var follow = !oldLog || oldLog.scrollTop + oldLog.clientHeight >= oldLog.scrollHeight - 8;
+      var oldScroll = oldLog ? oldLog.scrollTop : 0;
+      var active = document.activeElement;
+      var focusedStream = active && region.contains(active) ? active.getAttribute("data-stream") : null;
+      region.innerHTML = html;
+      var log = region.querySelector("pre.log");
+      if (log) log.scrollTop = follow ? log.scrollHeight : oldScroll;
+      if (focusedStream) {
+        var tab = region.querySelector('a[data-stream="' + focusedStream + '"]');
+        if (tab) tab.focus();
+      }
+      if (region.querySelector("[data-log-final]")) finished = true;
+    }
+
+    function load(byReader) {
+      if (loading) return; // a slow node: never stack requests
+      if (!byReader && (document.hidden || refreshPaused() || selectionIn(region))) return;
+      loading = true;
+      fetch(url + "?stream=" + encodeURIComponent(stream), {
+        credentials: "same-origin",
+        headers: { "X-Refresh": "1" },
+      })
+        .then(function (response) {
+          // A redirect here is to the login page: the session has ended.
+          if (!response.ok || response.redirected) throw new Error(String(response.status));
+          return response.text();
+        })
+        .then(show)
+        .catch(function () {
+          var note = document.createElement("p");
+          note.className = "error";
+          note.textContent = "The log could not be loaded just now.";
+          var old = region.querySelector("p.error");
+          if (old) old.remove();
+          region.appendChild(note);
+        })
+        .then(function () {
+          loading = false;
+        });
+    }
+
+    region.addEventListener("click", function (event) {
+      var link = event.target.closest("a[data-stream]");
+      if (!link || !region.contains(link)) return;
+      event.preventDefault();
+      stream = link.dataset.stream;
+      load(true);
+    });
+    load(true);
+    if (seconds > 0) {
+      window.setInterval(function () {
+        if (!finished) load(false);
+      }, seconds * 1000);
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-logs-url]").forEach(startLog);
+  });
+})();
