@@ -1,7 +1,10 @@
+from __future__ import annotations
+
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.http import HttpRequest
 
-from .models import ApiToken, DeviceTypeQuota, LabGroup, User
+from .models import ApiToken, AuditEntry, DeviceTypeQuota, LabGroup, User
 
 
 class DeviceTypeQuotaInline(admin.TabularInline):
@@ -61,3 +64,24 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "name", "prefix"]
     readonly_fields = ["digest", "prefix", "created_at", "last_used_at"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Read-only: the log is written by the services only, so it can be trusted."""
+
+    list_display = [
+        "at", "actor_username", "target_kind", "target_name", "field", "old_value", "new_value"
+    ]  # fmt: skip
+    list_filter = ["target_kind"]
+    search_fields = ["actor_username", "target_name", "field"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
+        return False

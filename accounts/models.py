@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from .choices import Role
 
@@ -125,3 +126,40 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class AuditEntry(models.Model):
+    """One changed field of a user's or group's quota, or of the scheduler settings.
+
+    Written by the services that make those changes, one row per changed field, in the same
+    transaction as the change. The actor's name is copied so the log still reads after the
+    account is deleted (the foreign key then becomes NULL).
+    """
+
+    class TargetKind(models.TextChoices):
+        USER = "user", "User"
+        GROUP = "group", "Group"
+        SCHEDULER = "scheduler", "Scheduler"
+
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_username = models.CharField(max_length=150, blank=True)
+    target_kind = models.CharField(max_length=16, choices=TargetKind.choices)
+    target_name = models.CharField(max_length=150)
+    field = models.CharField(max_length=64)
+    # Text, not JSON: values of any field (numbers, lists, "no limit") read the same here.
+    old_value = models.TextField(blank=True)
+    new_value = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            models.Index(fields=["-at", "-id"], name="auditentry_at"),
+            models.Index(fields=["target_kind", "-at", "-id"], name="auditentry_kind_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor_username}: {self.target_kind} {self.target_name}.{self.field}"

@@ -1,17 +1,22 @@
-"""Writes for people and their API tokens."""
+"""Writes for people, their API tokens, and their quotas (with the audit log)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import secrets
+from collections.abc import Mapping
+from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
 from config.errors import NotFound, ValidationFailed
 
 from .choices import Role
-from .models import ApiToken, LabGroup, User
+from .models import ApiToken, AuditEntry, LabGroup, User
 
 TOKEN_PREFIX = "gpl_"
 
@@ -70,3 +75,133 @@ def user_create(
             user.default_group = groups[0]
             user.save(update_fields=["default_group"])
     return user
+
+
+# --------------------------------------------------------------------------- quotas
+
+QUOTA_FIELDS = ("weight", "max_gpus", "max_running_jobs", "max_pending_jobs")
+QUOTA_LIMIT_FIELDS = ("max_gpus", "max_running_jobs", "max_pending_jobs")
+# PositiveIntegerField on PostgreSQL is a 4-byte integer: larger values would fail at the
+# INSERT as a 500, so they are refused here with the field named.
+_LIMIT_MAX = 2_147_483_647
+
+
+def audit_text(value: Any) -> str:
+    """How a value is written in the audit log: '' for None ("no limit", "off"), lists as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return json.dumps(list(value))
+    return str(value)
+
+
+def audit_entries_write(
+    *,
+    actor: User | None,
+    target_kind: AuditEntry.TargetKind,
+    target_name: str,
+    changes: Mapping[str, tuple[Any, Any]],
+) -> list[AuditEntry]:
+    """Write one audit entry per changed field (`changes`: field -> (old, new)), in one INSERT.
+
+    Call it inside the transaction of the change itself, so the log and the change commit or
+    roll back together.
+    """
+    now = timezone.now()
+    return AuditEntry.objects.bulk_create(
+        [
+            AuditEntry(
+                at=now,
+                actor=actor,
+                actor_username=actor.username if actor is not None else "",
+                target_kind=target_kind,
+                target_name=target_name,
+                field=field,
+                old_value=audit_text(old),
+                new_value=audit_text(new),
+            )
+            for field, (old, new) in changes.items()
+        ]
+    )
+
+
+def _quota_values_validate(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Check every proposed quota value; raise ValidationFailed naming each bad field."""
+    errors: dict[str, list[str]] = {}
+    clean: dict[str, Any] = {}
+    for field, value in changes.items():
+        if field not in QUOTA_FIELDS:
+            errors[field] = [f"Unknown field; choose from: {', '.join(QUOTA_FIELDS)}."]
+        elif field == "weight":
+            # bool is an int subclass: True must not silently become weight 1.
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                errors[field] = ["Enter a number greater than 0."]
+            elif not math.isfinite(value) or value <= 0:
+                errors[field] = ["The weight must be a finite number greater than 0."]
+            else:
+                clean[field] = float(value)
+        elif value is None:
+            clean[field] = None
+        elif isinstance(value, bool) or not isinstance(value, int):
+            errors[field] = ["Enter a whole number of 0 or more, or leave it empty for no limit."]
+        elif not 0 <= value <= _LIMIT_MAX:
+            errors[field] = [f"Must be between 0 and {_LIMIT_MAX} (empty = no limit)."]
+        else:
+            clean[field] = value
+    if errors:
+        raise ValidationFailed(errors)
+    return clean
+
+
+def _quota_update(
+    *,
+    actor: User,
+    model: type[User] | type[LabGroup],
+    pk: int,
+    kind: AuditEntry.TargetKind,
+    changes: Mapping[str, Any],
+) -> list[AuditEntry]:
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins change quotas and weights.")
+    values = _quota_values_validate(changes)
+    with transaction.atomic():
+        # FOR NO KEY UPDATE, as jobs.services does for these rows: it serializes two admins
+        # editing at once without blocking job inserts that reference the row.
+        account = model.objects.select_for_update(no_key=True).filter(pk=pk).first()
+        if account is None:
+            raise NotFound(f"No {kind.label.lower()} with id {pk}.")
+        changed = {
+            field: (getattr(account, field), value)
+            for field, value in values.items()
+            if getattr(account, field) != value
+        }
+        if not changed:
+            return []
+        for field, (_, value) in changed.items():
+            setattr(account, field, value)
+        account.save(update_fields=list(changed))
+        name = account.username if isinstance(account, User) else account.name
+        return audit_entries_write(actor=actor, target_kind=kind, target_name=name, changes=changed)
+
+
+def user_quota_update(*, actor: User, user_id: int, changes: Mapping[str, Any]) -> list[AuditEntry]:
+    """Change a user's fair-share weight and limits; return the audit entries written.
+
+    1. Only lab admins may (PermissionDenied otherwise).
+    2. Every value is checked: weight a finite number > 0; each limit None (no limit) or a
+       whole number >= 0. Any bad field raises ValidationFailed naming it, and nothing is saved.
+    3. Only fields whose value differs are written, each with one audit entry, atomically.
+       Nothing changed -> no write and no entry (an empty list).
+    """
+    return _quota_update(
+        actor=actor, model=User, pk=user_id, kind=AuditEntry.TargetKind.USER, changes=changes
+    )
+
+
+def group_quota_update(
+    *, actor: User, group_id: int, changes: Mapping[str, Any]
+) -> list[AuditEntry]:
+    """Change a lab group's fair-share weight and limits; same rules as `user_quota_update`."""
+    return _quota_update(
+        actor=actor, model=LabGroup, pk=group_id, kind=AuditEntry.TargetKind.GROUP, changes=changes
+    )

@@ -1,9 +1,77 @@
-"""Placeholder: filled in by the dashboard work (issue 6)."""
+"""GET /api/v1/usage/ (admins): GPU-hours per user and per group and device type."""
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from config.errors import ValidationFailed
+
+from ..forms import UsageRangeForm
+from ..selectors.usage import usage_report
+
+
+class UsageReportRowOutput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["user", "group"])
+    name = serializers.CharField(help_text='User or group name; "(no group)" for jobs without.')
+    device_type = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    normalized_gpu_hours = serializers.FloatField(help_text="GPU-hours × device-type speed.")
+
+
+class UsageReportOutput(serializers.Serializer):
+    start = serializers.DateField()
+    end = serializers.DateField()
+    device_types = serializers.ListField(child=serializers.CharField())
+    rows = UsageReportRowOutput(many=True)
+    gpu_hours = serializers.FloatField(help_text="Total over every user.")
+    normalized_gpu_hours = serializers.FloatField()
 
 
 class UsageApi(APIView):
-    pass
+    @extend_schema(
+        summary="GPU-hours per user and per group, by device type (admins only)",
+        description=(
+            "From the hourly usage aggregate, both days included, in the lab's time zone. "
+            "Defaults to the last 30 days. One row per user (or group) and device type it used."
+        ),
+        parameters=[
+            OpenApiParameter("start", str, description="YYYY-MM-DD; default: 29 days before end."),
+            OpenApiParameter("end", str, description="YYYY-MM-DD; default: today."),
+        ],
+        responses=UsageReportOutput,
+    )
+    def get(self, request: Request) -> Response:
+        if not request.user.is_lab_admin:
+            raise PermissionDenied("The usage report is for lab admins.")
+        form = UsageRangeForm(request.query_params)
+        if not form.is_valid():
+            raise ValidationFailed(
+                {field: [str(error) for error in errors] for field, errors in form.errors.items()}
+            )
+        report = usage_report(start=form.cleaned_data["start"], end=form.cleaned_data["end"])
+        rows = [
+            {
+                "kind": line.kind,
+                "name": line.name,
+                "device_type": device_type,
+                "gpu_hours": cell.gpu_hours,
+                "normalized_gpu_hours": cell.normalized_hours,
+            }
+            for line in [*report.users, *report.groups]
+            for device_type, cell in zip(report.device_types, line.cells, strict=True)
+            if cell.gpu_hours or cell.normalized_hours
+        ]
+        data = {
+            "start": report.start,
+            "end": report.end,
+            "device_types": report.device_types,
+            "rows": rows,
+            "gpu_hours": report.total.gpu_hours,
+            "normalized_gpu_hours": report.total.normalized_hours,
+        }
+        return Response(UsageReportOutput(data).data)

@@ -1,0 +1,150 @@
+"""Forms of the admin pages and the report filters: parse and label input, nothing more.
+
+The rules themselves live in the services (quota values) and in the model
+(`SchedulerConfig` validators and `clean()`); a form only turns text into typed values and
+shows the errors next to their field.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+
+from scheduler.models import SchedulerConfig
+from scheduler.settings_services import EDITABLE_FIELDS
+
+# A longer report would sum more hourly rows than a page should (and a year covers audits).
+USAGE_MAX_DAYS = 366
+USAGE_DEFAULT_DAYS = 30
+
+
+class QuotaForm(forms.Form):
+    """A user's or group's fair-share weight and limits. Empty limit = no limit."""
+
+    weight = forms.FloatField(
+        help_text="Fair-share weight, greater than 0. Twice the weight, twice the entitled share."
+    )
+    max_gpus = forms.IntegerField(
+        required=False,
+        min_value=0,
+        label="Max GPUs",
+        help_text="GPUs in use at once; empty = no limit.",
+    )
+    max_running_jobs = forms.IntegerField(
+        required=False, min_value=0, help_text="Empty = no limit."
+    )
+    max_pending_jobs = forms.IntegerField(
+        required=False, min_value=0, help_text="Empty = no limit."
+    )
+
+    def clean_weight(self) -> float:
+        weight = self.cleaned_data["weight"]
+        if weight <= 0:
+            raise forms.ValidationError("The weight must be greater than 0.")
+        return weight
+
+
+def thresholds_text(values: Any) -> str:
+    """[3600.0, 36000.0] -> "3600, 36000" (whole numbers without a trailing .0)."""
+    if not isinstance(values, list):
+        return ""
+    parts = []
+    for value in values:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        parts.append(str(value))
+    return ", ".join(parts)
+
+
+class ThresholdsField(forms.CharField):
+    """Comma-separated numbers -> a list of floats. Order and sign are the model's to judge."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return thresholds_text(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[float]:  # type: ignore[override]
+        text = super().to_python(value)
+        numbers: list[float] = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                number = float(part)
+            except ValueError as exc:
+                raise forms.ValidationError(
+                    f"“{part}” is not a number. Give seconds separated by commas, e.g. 3600, 36000."
+                ) from exc
+            if number != number or number in (float("inf"), float("-inf")):
+                raise forms.ValidationError(f"“{part}” is not a finite number.")
+            numbers.append(number)
+        return numbers
+
+
+class SchedulerSettingsForm(forms.ModelForm):
+    """Every editable knob of `SchedulerConfig`, validated by the model's own rules.
+
+    A ModelForm so that the model's validators and `clean()` run on the form (errors appear
+    next to their field); it is never saved: the view hands `cleaned_data` to
+    `scheduler_config_update`, which validates again under the row lock and audits.
+    """
+
+    queue_thresholds = ThresholdsField(
+        required=False,
+        label="Queue thresholds (seconds)",
+        help_text=(
+            "Comma-separated, strictly ascending, positive normalized GPU-seconds between the "
+            "Tiresias queues, e.g. 3600, 36000. Empty = one queue."
+        ),
+    )
+
+    class Meta:
+        model = SchedulerConfig
+        fields = list(EDITABLE_FIELDS)
+        labels = {
+            "promote_knob": "Promotion knob",
+            "min_runtime_seconds": "Minimum runtime (seconds)",
+            "restore_cost_seconds": "Restore cost (seconds)",
+            "allox_alpha": "AlloX alpha",
+            "allox_window": "AlloX window",
+            "round_interval_seconds": "Round interval (seconds)",
+            "preemption_grace_seconds": "Preemption grace (seconds)",
+        }
+        help_texts = {
+            "policy": "How pending jobs are ordered: las and gittins are Tiresias "
+            "(fair share applies within each queue); fifo serves in arrival order.",
+            "placement": "How a started job's GPUs are chosen.",
+            "min_runtime_seconds": "A started job is not preempted before it has run this long.",
+            "restore_cost_seconds": "Seconds of work a preempted job loses each time it "
+            "resumes from its checkpoint (used for estimates and by the simulator).",
+            "allox_window": "Pending jobs considered per AlloX matching.",
+            "round_interval_seconds": "Seconds between timer-triggered scheduling rounds.",
+        }
+
+    def changes(self) -> dict[str, Any]:
+        """The cleaned values of every editable field, for `scheduler_config_update`."""
+        return {field: self.cleaned_data[field] for field in EDITABLE_FIELDS}
+
+
+class UsageRangeForm(forms.Form):
+    """?start=YYYY-MM-DD&end=YYYY-MM-DD, both days included; default the last 30 days."""
+
+    start = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    end = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        today = timezone.localdate()
+        end: date = data.get("end") or today
+        start: date = data.get("start") or end - timedelta(days=USAGE_DEFAULT_DAYS - 1)
+        if end < start:
+            self.add_error("end", "The end date is before the start date.")
+        elif (end - start).days + 1 > USAGE_MAX_DAYS:
+            self.add_error("end", f"At most {USAGE_MAX_DAYS} days per report.")
+        data["start"], data["end"] = start, end
+        return data

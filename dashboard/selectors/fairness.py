@@ -1,0 +1,446 @@
+"""Reads behind the fairness page and API: shares of GPU-time, entitlements, fair-share order.
+
+Two different questions, two different sources:
+- "Who got how much over the window?" reads the hourly `UsageHour` aggregate (style.md
+  rule 24), never the job history, so it costs the same with 100 or 100,000 finished jobs.
+- "Whom would the scheduler serve first now?" builds the fair-share part of the scheduler's
+  snapshot with the scheduler's own rules and pure functions (`decay_usage` with the
+  configured half-life, live usage of running jobs, `normalized_usage`), so the page cannot
+  drift from the loop: usage / (user weight x group share over the groups with active jobs).
+  See `fair_share_snapshot` for why not `snapshot_build` itself.
+
+Visibility is decided here, once, for the page and the API alike: students see every group
+but only themselves among users (the others are summed as "other users", and appear in the
+fair-share order as "another user" with their rank only); admins see every name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings as django_settings
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from accounts.models import LabGroup, User
+from cluster.choices import DeviceKind
+from dashboard.models import AggregatesState, UsageHour
+from jobs.choices import ACTIVE_STATES, JobState
+from jobs.models import Allocation, Job
+from scheduler.core.accounting import decay_usage
+from scheduler.core.types import Account, JobPhase, SchedulerSettings, Snapshot
+from scheduler.core.types import Job as JobView
+from scheduler.models import SchedulerConfig
+from scheduler.policies.fairness import normalized_usage
+from scheduler.selectors import scheduler_config_get, scheduler_settings_from
+from scheduler.snapshot import SNAPSHOT_STATES
+
+WINDOWS: dict[str, timedelta] = {
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+DEFAULT_WINDOW = "7d"
+NO_GROUP = "(no group)"
+OTHER_USERS = "other users"
+ANOTHER_USER = "another user"
+# Policies whose queue order blends in fair share (scheduler.policies.las.tiresias_order).
+FAIR_SHARE_POLICIES = frozenset({"las", "gittins"})
+
+
+@dataclass(frozen=True)
+class ShareRow:
+    """One group or user (or "other users"): its share of the window's GPU-time vs its due.
+
+    `share` and `entitled` are fractions of 1. `ratio` = share / entitled: 1 is exactly its
+    due, below 1 it got less. `weight` is None on the aggregated "other users" row.
+    """
+
+    name: str
+    gpu_hours: float
+    normalized_hours: float
+    share: float
+    weight: float | None
+    entitled: float
+    ratio: float | None
+    is_self: bool = False
+    is_aggregate: bool = False
+
+    @property
+    def share_pct(self) -> float:
+        return self.share * 100
+
+    @property
+    def entitled_pct(self) -> float:
+        return self.entitled * 100
+
+
+@dataclass(frozen=True)
+class OrderRow:
+    """One (user, group) with active jobs, in the order fair share would serve them.
+
+    For a student, another user's row carries only `rank`: every other field is None.
+    `usage_hours` is decayed normalized GPU-hours; `normalized_usage` is the scheduler's
+    key (usage / (user weight x group share)), lowest first. Equal keys share a rank.
+    """
+
+    rank: int
+    user: str | None
+    group: str | None
+    is_self: bool
+    usage_hours: float | None
+    user_weight: float | None
+    group_weight: float | None
+    group_share: float | None
+    normalized_usage: float | None
+    pending_jobs: int | None
+    running_jobs: int | None
+
+    @property
+    def group_share_pct(self) -> float | None:
+        return None if self.group_share is None else self.group_share * 100
+
+    @property
+    def normalized_hours(self) -> float | None:
+        return None if self.normalized_usage is None else self.normalized_usage / 3600
+
+
+@dataclass(frozen=True)
+class FairnessReport:
+    window: str
+    since: datetime
+    now: datetime
+    normalized_hours: float
+    groups: tuple[ShareRow, ...]
+    users: tuple[ShareRow, ...]
+    group_jain: float | None
+    user_jain: float | None
+    order: tuple[OrderRow, ...]
+    policy: str
+    fairness: float
+    half_life_hours: float
+    aggregates_at: datetime | None
+    names_visible: bool
+
+    @property
+    def fair_share_applies(self) -> bool:
+        return self.policy in FAIR_SHARE_POLICIES and self.fairness > 0
+
+
+def window_parse(value: str | None) -> str | None:
+    """The window key if `value` is one of WINDOWS, else None."""
+    return value if value in WINDOWS else None
+
+
+def jain_index(values: Sequence[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n Σx²): 1 when all equal, 1/n when one takes all.
+
+    None when it is undefined: nobody, or every value 0 (no GPU-time used at all).
+    """
+    squares = sum(value * value for value in values)
+    if not values or squares == 0:
+        return None
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+def _share_rows(
+    *,
+    names: dict[int | None, str],
+    weights: dict[int | None, float],
+    used: dict[int | None, tuple[float, float]],
+    participants: Iterable[int | None],
+    total_service: float,
+    self_key: int | None = None,
+) -> list[ShareRow]:
+    """Share rows of `participants`, sorted by name; `used` is key -> (gpu_s, service)."""
+    keys = list(participants)
+    total_weight = sum(max(weights[key], 0.0) for key in keys)
+    rows = []
+    for key in keys:
+        gpu_seconds, service = used.get(key, (0.0, 0.0))
+        share = service / total_service if total_service > 0 else 0.0
+        entitled = max(weights[key], 0.0) / total_weight if total_weight > 0 else 0.0
+        rows.append(
+            ShareRow(
+                name=names[key],
+                gpu_hours=gpu_seconds / 3600,
+                normalized_hours=service / 3600,
+                share=share,
+                weight=weights[key],
+                entitled=entitled,
+                ratio=share / entitled if entitled > 0 else None,
+                is_self=self_key is not None and key == self_key,
+            )
+        )
+    return sorted(rows, key=lambda row: row.name)
+
+
+def _others_summed(rows: list[ShareRow]) -> list[ShareRow]:
+    """A student's view of the user rows: their own row, and everyone else as one row."""
+    mine = [row for row in rows if row.is_self]
+    others = [row for row in rows if not row.is_self]
+    if others:
+        share = sum(row.share for row in others)
+        entitled = sum(row.entitled for row in others)
+        mine.append(
+            ShareRow(
+                name=OTHER_USERS,
+                gpu_hours=sum(row.gpu_hours for row in others),
+                normalized_hours=sum(row.normalized_hours for row in others),
+                share=share,
+                weight=None,
+                entitled=entitled,
+                ratio=share / entitled if entitled > 0 else None,
+                is_aggregate=True,
+            )
+        )
+    return mine
+
+
+def fairness_report(*, viewer: User, window: str, now: datetime | None = None) -> FairnessReport:
+    """Shares over `window` (a WINDOWS key), Jain's indices, and the fair-share order now.
+
+    1. GPU-time per group and per user from UsageHour since the start of the hour
+       `window` ago (one grouped query).
+    2. Participants: groups (users) that used anything in the window or have active jobs;
+       entitled share = weight / Σ weights of the participants. Jobs without a group count
+       as one group of weight 1, as the scheduler counts them.
+    3. Jain's index over share / entitled, for groups and for users (over everyone, also
+       for a student: the index names nobody).
+    4. The fair-share order (`fair_share_order_rows`).
+    5. Redaction for students (see the module docstring).
+    """
+    now = now or timezone.now()
+    since = (now - WINDOWS[window]).replace(minute=0, second=0, microsecond=0)
+    names_visible = viewer.is_lab_admin
+
+    # One grouped scan of the window, summed per group and per user here (a few hundred rows).
+    by_group: dict[int | None, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    by_user: dict[int | None, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    cells = (
+        UsageHour.objects.filter(hour__gte=since, hour__lte=now)
+        .order_by()
+        .values_list("user_id", "group_id")
+        .annotate(gpu=Sum("gpu_seconds"), service=Sum("service"))
+    )
+    for user_id, group_id, gpu_seconds, service in cells:
+        for totals, key in ((by_group, group_id), (by_user, user_id)):
+            gpu_before, service_before = totals[key]
+            totals[key] = (gpu_before + (gpu_seconds or 0.0), service_before + (service or 0.0))
+    active = set(
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .order_by()
+        .values_list("owner_id", "group_id")
+        .distinct()
+    )
+    group_keys = {key for key, (_, service) in by_group.items() if service > 0}
+    group_keys |= {group_id for _, group_id in active}
+    user_keys = {key for key, (_, service) in by_user.items() if service > 0}
+    user_keys |= {owner_id for owner_id, _ in active}
+
+    group_names: dict[int | None, str] = {None: NO_GROUP}
+    group_weights: dict[int | None, float] = {None: 1.0}
+    for pk, name, weight in LabGroup.objects.filter(pk__in=group_keys - {None}).values_list(
+        "id", "name", "weight"
+    ):
+        group_names[pk], group_weights[pk] = name, weight
+    user_names: dict[int | None, str] = {}
+    user_weights: dict[int | None, float] = {}
+    for pk, name, weight in User.objects.filter(pk__in=user_keys).values_list(
+        "id", "username", "weight"
+    ):
+        user_names[pk], user_weights[pk] = name, weight
+    # A row deleted since it was aggregated has no name or weight left: leave it out.
+    group_keys &= set(group_names)
+    user_keys &= set(user_names)
+
+    total_service = sum(service for _, service in by_group.values())
+    groups = _share_rows(
+        names=group_names,
+        weights=group_weights,
+        used=by_group,
+        participants=group_keys,
+        total_service=total_service,
+    )
+    users = _share_rows(
+        names=user_names,
+        weights=user_weights,
+        used=by_user,
+        participants=user_keys,
+        total_service=total_service,
+        self_key=viewer.pk,
+    )
+    group_jain = jain_index([row.ratio or 0.0 for row in groups])
+    user_jain = jain_index([row.ratio or 0.0 for row in users])
+    if not names_visible:
+        users = _others_summed(users)
+
+    config = scheduler_config_get()
+    aggregates_at = AggregatesState.objects.filter(pk=1).values_list("updated_at", flat=True)
+    return FairnessReport(
+        window=window,
+        since=since,
+        now=now,
+        normalized_hours=total_service / 3600,
+        groups=tuple(groups),
+        users=tuple(users),
+        group_jain=group_jain,
+        user_jain=user_jain,
+        order=tuple(fair_share_order_rows(viewer=viewer, now=now, config=config)),
+        policy=config.policy,
+        fairness=config.fairness,
+        half_life_hours=django_settings.GPULAB_USAGE_HALF_LIFE_HOURS,
+        aggregates_at=aggregates_at.first(),
+        names_visible=names_visible,
+    )
+
+
+def fair_share_snapshot(
+    *, now: datetime, settings: SchedulerSettings
+) -> tuple[Snapshot, dict[tuple[str, str | None], list[int]]]:
+    """The part of the scheduler's snapshot that fair share reads, built the same way.
+
+    Returns the snapshot and, per (user, group), its [pending, running] job counts.
+
+    `scheduler.snapshot.snapshot_build` also reads every device and node, builds every job's
+    Tiresias state, and sorts the finished jobs for the Gittins history (over 100 ms on
+    100,000 jobs, measured): too much for a page refreshed every minute. This builds what
+    `normalized_usage` looks at, with the same rules, so the ranking is the scheduler's:
+    1. Jobs in the snapshot's states, one stand-in per (user, group, phase): fair share only
+       reads a job's user and group. PREEMPTING jobs are left out, as the snapshot does.
+    2. Live usage of STARTING and RUNNING jobs: seconds since their allocation started
+       times the speeds of the devices they hold (a non-GPU device at speed 1.0).
+    3. Accounts: stored usage decayed to `now` with the configured half-life
+       (`decay_usage`), plus the live usage.
+    tests/dashboard/test_fairness_page.py checks the result against `snapshot_build`.
+    """
+    now_s = now.timestamp()
+    half_life = django_settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
+    pairs = (
+        Job.objects.filter(state__in=SNAPSHOT_STATES)
+        .exclude(state=JobState.PREEMPTING)
+        .order_by()
+        .values_list("owner_id", "owner__username", "group_id", "group__name", "state")
+        .annotate(jobs=Count("id"))
+    )
+    jobs: list[JobView] = []
+    counts: dict[tuple[str, str | None], list[int]] = defaultdict(lambda: [0, 0])
+    user_ids: set[int] = set()
+    group_ids: set[int] = set()
+    for owner_id, username, group_id, group_name, state, count in pairs:
+        pending = state == JobState.PENDING
+        # Negative ids: stand-ins, never confused with a real job's id.
+        jobs.append(
+            JobView(
+                id=-len(jobs) - 1,
+                user=username,
+                group=group_name,
+                num_gpus=0,
+                submit_time=now_s,
+                phase=JobPhase.PENDING if pending else JobPhase.RUNNING,
+            )
+        )
+        counts[(username, group_name)][0 if pending else 1] += count
+        user_ids.add(owner_id)
+        if group_id is not None:
+            group_ids.add(group_id)
+
+    live_user: dict[int, float] = defaultdict(float)
+    live_group: dict[int, float] = defaultdict(float)
+    held = Allocation.objects.filter(
+        ended_at__isnull=True, job__state__in=(JobState.STARTING, JobState.RUNNING)
+    ).values_list(
+        "job__owner_id", "job__group_id", "started_at", "device__kind", "device__device_type__speed"
+    )
+    for owner_id, group_id, started_at, kind, speed in held:
+        seconds = max(now_s - started_at.timestamp(), 0.0)
+        service = seconds * (speed if kind == DeviceKind.GPU else 1.0)
+        live_user[owner_id] += service
+        if group_id is not None:
+            live_group[group_id] += service
+
+    def accounts(
+        model: type[User] | type[LabGroup], ids: set[int], name_field: str, live: dict[int, float]
+    ) -> tuple[Account, ...]:
+        rows = model.objects.filter(pk__in=ids).values_list(
+            "id", name_field, "weight", "usage", "usage_updated_at"
+        )
+        found = []
+        for pk, name, weight, usage, updated in rows:
+            elapsed = max(now_s - updated.timestamp(), 0.0) if updated else 0.0
+            usage = decay_usage(usage, elapsed, half_life) + live.get(pk, 0.0)
+            found.append(Account(name=name, weight=weight, usage=usage))
+        return tuple(sorted(found, key=lambda account: account.name))
+
+    snapshot = Snapshot(
+        now=now_s,
+        jobs=tuple(jobs),
+        devices=(),
+        users=accounts(User, user_ids, "username", live_user),
+        groups=accounts(LabGroup, group_ids, "name", live_group),
+        settings=settings,
+    )
+    return snapshot, counts
+
+
+def fair_share_order_rows(
+    *, viewer: User, now: datetime, config: SchedulerConfig | None = None
+) -> list[OrderRow]:
+    """Users with pending or running jobs, in the order the scheduler's fair share serves them.
+
+    Steps:
+    1. The fair-share part of the scheduler's snapshot as of `now` (`fair_share_snapshot`).
+    2. `normalized_usage(snapshot, snapshot.jobs)`, exactly as `tiresias_order` calls it.
+    3. Sort by that key, lowest first (ties by name, for a stable page); equal keys share
+       a rank, since the scheduler then falls back to the queue's own order.
+    4. For a student, every other user's row keeps its rank only.
+    """
+    config = config or scheduler_config_get()
+    snapshot, counts = fair_share_snapshot(now=now, settings=scheduler_settings_from(config))
+    usage_norm = normalized_usage(snapshot, snapshot.jobs)
+    users = snapshot.user_by_name
+    groups = snapshot.group_by_name
+
+    def group_weight(name: str | None) -> float:
+        # Same defaults as normalized_usage: no group, or an unknown one, weighs 1.
+        return groups[name].weight if name is not None and name in groups else 1.0
+
+    # For display only (the rank comes from normalized_usage itself): the group's share of
+    # the weight of the groups with active jobs, as normalized_usage computes it.
+    total_group_weight = sum(max(group_weight(g), 0.0) for g in {g for _, g in usage_norm})
+    ordered = sorted(usage_norm, key=lambda pair: (usage_norm[pair], pair[0], pair[1] or ""))
+    rows: list[OrderRow] = []
+    rank = 0
+    previous: float | None = None
+    for position, pair in enumerate(ordered, start=1):
+        user, group = pair
+        key = usage_norm[pair]
+        if key != previous:
+            rank, previous = position, key
+        is_self = user == viewer.get_username()
+        if not viewer.is_lab_admin and not is_self:
+            rows.append(OrderRow(rank, None, None, False, *([None] * 7)))
+            continue
+        account = users.get(user)
+        weight = group_weight(group)
+        rows.append(
+            OrderRow(
+                rank=rank,
+                user=user,
+                group=group,
+                is_self=is_self,
+                usage_hours=(account.usage if account else 0.0) / 3600,
+                user_weight=account.weight if account else 1.0,
+                group_weight=weight,
+                group_share=weight / total_group_weight if total_group_weight > 0 else 0.0,
+                # inf (a weight of 0) cannot be written as JSON; None reads as "last".
+                normalized_usage=key if math.isfinite(key) else None,
+                pending_jobs=counts[pair][0],
+                running_jobs=counts[pair][1],
+            )
+        )
+    return rows

@@ -1,0 +1,169 @@
+"""The scheduler settings page and `scheduler_config_update` (admins only, audited)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.test import Client
+
+from accounts.models import AuditEntry, User
+from config.errors import ValidationFailed
+from scheduler.selectors import scheduler_config_get
+from scheduler.settings_services import scheduler_config_update
+
+URL = "/manage/scheduler/"
+# The defaults, as the form posts them.
+DEFAULTS = {
+    "policy": "las",
+    "placement": "allox",
+    "queue_thresholds": "3600",
+    "promote_knob": "8",
+    "fairness": "1",
+    "min_runtime_seconds": "300",
+    "restore_cost_seconds": "30",
+    "allox_alpha": "0.5",
+    "allox_window": "50",
+    "round_interval_seconds": "10",
+    "preemption_grace_seconds": "30",
+}
+
+
+def logged_in(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_students_get_403_and_change_nothing(owner):
+    client = logged_in(owner)
+
+    assert client.get(URL).status_code == 403
+    assert client.post(URL, {**DEFAULTS, "policy": "fifo"}).status_code == 403
+    assert scheduler_config_get().policy == "las"
+    with pytest.raises(PermissionDenied):
+        scheduler_config_update(actor=owner, changes={"policy": "fifo"})
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_anonymous_visitors_are_sent_to_login():
+    response = Client().get(URL)
+    assert response.status_code == 302 and response.url.startswith("/login/")
+
+
+@pytest.mark.django_db
+def test_the_page_shows_current_values_and_the_models_explanations(lab_admin):
+    response = logged_in(lab_admin).get(URL)
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'value="3600"' in html  # thresholds as comma-separated numbers
+    assert "0 = arrival order, 1 = share first." in html  # fairness help_text
+    assert "SIGTERM, then this long to checkpoint, then kill." in html
+    assert "Current: <b>8.0</b>" in html  # promote_knob
+    for name in DEFAULTS:
+        assert f'name="{name}"' in html
+
+
+@pytest.mark.django_db
+def test_saving_changes_reaches_the_next_config_read_and_is_audited(lab_admin):
+    response = logged_in(lab_admin).post(
+        URL,
+        {
+            **DEFAULTS,
+            "policy": "gittins",
+            "queue_thresholds": "3600, 36000",
+            "promote_knob": "",
+            "fairness": "0.5",
+        },
+    )
+
+    assert response.status_code == 302
+    config = scheduler_config_get()
+    assert config.policy == "gittins"
+    assert config.queue_thresholds == [3600.0, 36000.0]
+    assert config.promote_knob is None
+    assert config.fairness == 0.5
+    entries = {e.field: (e.old_value, e.new_value) for e in AuditEntry.objects.all()}
+    assert entries == {
+        "policy": ("las", "gittins"),
+        "queue_thresholds": ("[3600.0]", "[3600.0, 36000.0]"),
+        "promote_knob": ("8.0", ""),
+        "fairness": ("1.0", "0.5"),
+    }
+    assert set(AuditEntry.objects.values_list("target_kind", "actor_username")) == {
+        ("scheduler", "root")
+    }
+
+
+@pytest.mark.django_db
+def test_posting_the_current_values_writes_nothing(lab_admin):
+    scheduler_config_get()
+
+    response = logged_in(lab_admin).post(URL, DEFAULTS)
+
+    assert response.status_code == 302
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"queue_thresholds": "36000, 3600"}, "queue_thresholds"),  # not ascending
+        ({"queue_thresholds": "3600, 3600"}, "queue_thresholds"),  # not strictly
+        ({"queue_thresholds": "-5"}, "queue_thresholds"),
+        ({"queue_thresholds": "one hour"}, "queue_thresholds"),
+        ({"fairness": "1.5"}, "fairness"),
+        ({"fairness": "x"}, "fairness"),
+        ({"allox_alpha": "0"}, "allox_alpha"),
+        ({"allox_window": "0"}, "allox_window"),
+        ({"round_interval_seconds": "0.5"}, "round_interval_seconds"),
+        ({"min_runtime_seconds": "-1"}, "min_runtime_seconds"),
+        ({"promote_knob": "-1"}, "promote_knob"),
+        ({"policy": "srtf"}, "policy"),  # simulator-only
+        ({"placement": "random"}, "placement"),
+        ({"preemption_grace_seconds": "-3"}, "preemption_grace_seconds"),
+    ],
+)
+def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, field):
+    response = logged_in(lab_admin).post(URL, {**DEFAULTS, "policy": "fifo", **changes})
+
+    assert response.status_code == 400
+    assert field in response.context["form"].errors
+    assert f"{field}:" in response.content.decode()
+    config = scheduler_config_get()
+    assert config.policy == "las" and config.queue_thresholds == [3600]
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"queue_thresholds": [7200, 3600]}, "queue_thresholds"),
+        ({"queue_thresholds": "3600"}, "queue_thresholds"),
+        ({"fairness": 2}, "fairness"),
+        ({"fairness": "abc"}, "fairness"),
+        ({"updated_at": None}, "updated_at"),
+        ({"nonsense": 1}, "nonsense"),
+    ],
+)
+def test_the_service_validates_with_the_models_rules(lab_admin, changes, field):
+    with pytest.raises(ValidationFailed) as caught:
+        scheduler_config_update(actor=lab_admin, changes={"policy": "fifo", **changes})
+
+    assert field in caught.value.errors
+    assert scheduler_config_get().policy == "las"
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_service_converts_text_and_logs_only_real_changes(lab_admin):
+    entries = scheduler_config_update(
+        actor=lab_admin, changes={"fairness": "1.0", "allox_window": "60"}
+    )
+
+    assert [(e.field, e.old_value, e.new_value) for e in entries] == [("allox_window", "50", "60")]
+    assert scheduler_config_get().allox_window == 60
