@@ -48,6 +48,8 @@ class UserAdmin(DjangoUserAdmin):
         ),
     ]
     inlines = [DeviceTypeQuotaInline]
+    # Weights and limits change only on the audited quota editor (/manage/quotas/).
+    readonly_fields = ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
 
 
 @admin.register(LabGroup)
@@ -56,6 +58,8 @@ class LabGroupAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
     filter_horizontal = ["members"]
     inlines = [GroupDeviceTypeQuotaInline]
+    # Weights and limits change only on the audited quota editor (/manage/quotas/).
+    readonly_fields = ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
 
 
 @admin.register(ApiToken)

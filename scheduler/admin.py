@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from .models import SchedulerConfig, SchedulingRound
+from .settings_services import EDITABLE_FIELDS, scheduler_config_update
 
 
 @admin.register(SchedulerConfig)
@@ -35,6 +36,15 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return not SchedulerConfig.objects.exists()
+
+    def save_model(self, request, obj, form, change) -> None:  # type: ignore[no-untyped-def]
+        # Edits here go through the same audited service as /manage/scheduler/, so the
+        # audit log holds every change whichever page made it.
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changes = {f: form.cleaned_data[f] for f in form.changed_data if f in EDITABLE_FIELDS}
+        scheduler_config_update(actor=request.user, changes=changes)
 
     def has_delete_permission(
         self, request: HttpRequest, obj: SchedulerConfig | None = None

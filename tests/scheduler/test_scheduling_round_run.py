@@ -260,3 +260,10 @@ def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refu
     assert bad.status_code == 200
     assert "strictly ascending" in bad.content.decode()
     assert scheduler_config_get().queue_thresholds == [1800, 7200]
+    # The admin goes through the audited service, like the settings page.
+    from accounts.models import AuditEntry
+
+    audited = set(
+        AuditEntry.objects.filter(target_kind="scheduler").values_list("field", flat=True)
+    )
+    assert {"policy", "queue_thresholds", "promote_knob"} <= audited
