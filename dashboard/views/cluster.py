@@ -1,17 +1,111 @@
-"""Placeholder: filled in by the dashboard work (issue 6)."""
+"""The cluster page: every node and device at a glance, with drain and undrain for admins.
+
+Thin: `dashboard.selectors.cluster` reads and redacts, `cluster.services` drains. The drain
+and undrain forms post, then redirect back (POST/redirect/GET), so the page's auto-refresh
+always re-reads the cluster page itself.
+"""
 
 from __future__ import annotations
 
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from cluster.choices import NodeState
+from cluster.models import Node
+from cluster.services import node_drain, node_undrain
+
+from ..selectors.cluster import (
+    DRAINABLE_STATES,
+    FRESH_READING,
+    HEALTH_WINDOW,
+    UNDRAINABLE_STATES,
+    age_text,
+    cluster_overview,
+)
+
+REFRESH_SECONDS = 15
 
 
+class NodeDrainForm(forms.Form):
+    reason = forms.CharField(
+        max_length=200, help_text="Why, for the other admins and the node's history."
+    )
+
+
+@login_required
 def cluster_page(request: HttpRequest) -> HttpResponse:
-    raise NotImplementedError
+    overview = cluster_overview(viewer=request.user)
+    return render(
+        request,
+        "dashboard/cluster.html",
+        {
+            "overview": overview,
+            "counts": overview.counts,
+            "nodes": overview.nodes,
+            "fresh_text": age_text(FRESH_READING.total_seconds()),
+            "health_hours": int(HEALTH_WINDOW.total_seconds() // 3600),
+            "refresh_seconds": REFRESH_SECONDS,
+        },
+    )
 
 
+def _admin_node(request: HttpRequest, node_id: int) -> Node:
+    # Checked before the lookup: a student learns nothing about which node ids exist.
+    if not request.user.is_lab_admin:
+        raise PermissionDenied("Only admins drain and undrain nodes.")
+    return get_object_or_404(Node, pk=node_id)
+
+
+def _state_words(node: Node) -> str:
+    return node.get_state_display().lower()
+
+
+@login_required
+@require_POST
 def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
-    raise NotImplementedError
+    node = _admin_node(request, node_id)
+    form = NodeDrainForm(request.POST)
+    if not form.is_valid():
+        # The only field: the message names it, since the form lives on another page.
+        errors = " ".join(form.errors.get("reason", []))
+        messages.error(request, f"Node {node.name} not drained. Reason: {errors}")
+        return redirect("dashboard:cluster")
+    if node.state not in DRAINABLE_STATES:
+        messages.error(
+            request,
+            f"Node {node.name} is {_state_words(node)}; only an up or suspect node can be drained.",
+        )
+        return redirect("dashboard:cluster")
+    drained = node_drain(
+        node_id=node.pk, reason=form.cleaned_data["reason"], by_username=request.user.username
+    )
+    if drained.state == NodeState.DRAINED:
+        messages.success(request, f"Node {node.name} is drained: nothing runs or starts there.")
+    elif drained.state == NodeState.DRAINING:
+        messages.success(
+            request,
+            f"Node {node.name} is draining: its running jobs finish, no new job starts there.",
+        )
+    else:  # its state changed in between (e.g. it went down)
+        messages.error(request, f"Node {node.name} is {_state_words(drained)}; not drained.")
+    return redirect("dashboard:cluster")
 
 
+@login_required
+@require_POST
 def node_undrain_page(request: HttpRequest, node_id: int) -> HttpResponse:
-    raise NotImplementedError
+    node = _admin_node(request, node_id)
+    if node.state not in UNDRAINABLE_STATES:
+        messages.error(request, f"Node {node.name} is {_state_words(node)}; nothing to undrain.")
+        return redirect("dashboard:cluster")
+    undrained = node_undrain(node_id=node.pk)
+    if undrained.state == NodeState.UP:
+        messages.success(request, f"Node {node.name} is up: it takes new jobs again.")
+    else:
+        messages.error(request, f"Node {node.name} is {_state_words(undrained)}; not undrained.")
+    return redirect("dashboard:cluster")

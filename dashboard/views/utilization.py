@@ -1,9 +1,169 @@
-"""Placeholder: filled in by the dashboard work (issue 6)."""
+"""The utilization page: allocated vs used per device type, GPU-hours per user and group,
+the per-GPU heatmap of the last 24 h, and running jobs that hold GPUs they barely use.
+
+Thin: `dashboard.selectors.utilization` reads (and redacts), this module turns the numbers
+into Plotly figures, and every figure has a table or sentence beside it with the same
+numbers, so the page reads without the charts (and without JavaScript).
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
+
+import plotly.graph_objects as go
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from ..charts import PALETTE, figure_json, figure_new
+from ..selectors.utilization import (
+    DEFAULT_WINDOW,
+    IDLE_THRESHOLD_PCT,
+    IDLE_WINDOW,
+    WINDOWS,
+    Heatmap,
+    TypeSeries,
+    UsageBreakdown,
+    UsageSeries,
+    allocation_series,
+    device_heatmap,
+    idle_allocated_jobs,
+    usage_breakdown,
+    window_get,
+)
+
+REFRESH_SECONDS = 60
 
 
+def _x(moment: datetime) -> str:
+    # plotly.js ignores UTC offsets in date strings: send wall-clock time in the display zone.
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
+
+
+def _time_figure(*, y_title: str) -> go.Figure:
+    # Date ticks take two lines (time, then the date): keep the legend clear of them.
+    figure = figure_new(y_title=y_title, height=360)
+    figure.update_layout(legend={"y": -0.3})
+    return figure
+
+
+def _empty(figure: go.Figure, text: str) -> go.Figure:
+    figure.add_annotation(
+        text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 13}
+    )
+    figure.update_xaxes(visible=False)
+    figure.update_yaxes(visible=False)
+    return figure
+
+
+def allocated_used_figure(series: list[TypeSeries]) -> go.Figure:
+    """Per device type: GPUs allocated (solid) and GPUs' worth used (dashed), one colour."""
+    figure = _time_figure(y_title="GPUs")
+    if not any(s.points for s in series):
+        return _empty(figure, "No utilization samples in this window yet.")
+    for i, type_series in enumerate(series):
+        colour = PALETTE[i % len(PALETTE)]
+        x = [_x(point.at) for point in type_series.points]
+        figure.add_trace(
+            go.Scatter(
+                x=x,
+                y=[point.allocated for point in type_series.points],
+                name=f"{type_series.device_type} allocated",
+                mode="lines",
+                line={"color": colour, "width": 2, "shape": "hv"},
+                hovertemplate="%{x}<br>%{y:.1f} allocated<extra>%{fullData.name}</extra>",
+            )
+        )
+        figure.add_trace(
+            go.Scatter(
+                x=x,
+                y=[point.used for point in type_series.points],
+                name=f"{type_series.device_type} used",
+                mode="lines",
+                line={"color": colour, "width": 2, "dash": "dot"},
+                hovertemplate="%{x}<br>%{y:.2f} used<extra>%{fullData.name}</extra>",
+            )
+        )
+    figure.update_yaxes(rangemode="tozero")
+    return figure
+
+
+def usage_figure(usage: UsageBreakdown, series: list[UsageSeries]) -> go.Figure:
+    """GPU-hours stacked per hour or per day, one bar segment per user or group."""
+    figure = _time_figure(y_title="GPU-hours")
+    if not series:
+        return _empty(figure, "No GPU time used in this window.")
+    x = [_x(period) if usage.period == "hour" else f"{period:%Y-%m-%d}" for period in usage.periods]
+    for i, one in enumerate(series):
+        figure.add_trace(
+            go.Bar(
+                x=x,
+                y=one.gpu_hours,
+                name=one.label,
+                marker={"color": "#9aa3b0" if one.others else PALETTE[i % len(PALETTE)]},
+                hovertemplate="%{x}<br>%{y:.2f} GPU-hours<extra>%{fullData.name}</extra>",
+            )
+        )
+    figure.update_layout(barmode="stack", bargap=0.15)
+    return figure
+
+
+def heatmap_figure(heatmap: Heatmap) -> go.Figure:
+    """Rows: devices (node/index); columns: 15-minute buckets; colour: mean utilization %."""
+    height = max(240, 90 + 16 * len(heatmap.rows))
+    figure = figure_new(height=height)
+    if not heatmap.rows:
+        return _empty(figure, "No devices registered yet.")
+    figure.add_trace(
+        go.Heatmap(
+            x=[_x(start) for start in heatmap.starts],
+            y=[row.label for row in heatmap.rows],
+            z=[row.values for row in heatmap.rows],
+            zmin=0,
+            zmax=100,
+            colorscale="Blues",
+            colorbar={"title": {"text": "%"}, "thickness": 12},
+            hoverongaps=False,
+            hovertemplate="%{y} · %{x}<br>%{z:.0f} % used<extra></extra>",
+        )
+    )
+    # Devices top to bottom in the order of the table below.
+    figure.update_yaxes(autorange="reversed", type="category")
+    figure.update_layout(margin={"l": 90})
+    return figure
+
+
+@login_required
 def utilization_page(request: HttpRequest) -> HttpResponse:
-    raise NotImplementedError
+    window = window_get(request.GET.get("window")) or DEFAULT_WINDOW
+    now = timezone.now()
+    series = allocation_series(window=window, now=now)
+    usage = usage_breakdown(viewer=request.user, window=window, now=now)
+    heatmap = device_heatmap(now=now)
+    idle = idle_allocated_jobs(viewer=request.user, now=now)
+    readings = [row for row in heatmap.rows if row.mean is not None]
+    return render(
+        request,
+        "dashboard/utilization.html",
+        {
+            "window": window,
+            "windows": list(WINDOWS.values()),
+            "series": series,
+            "usage": usage,
+            "heatmap": heatmap,
+            "heatmap_busiest": max(readings, key=lambda row: row.mean, default=None),
+            "heatmap_idlest": min(readings, key=lambda row: row.mean, default=None),
+            "heatmap_below_idle": sum(1 for row in readings if row.mean < IDLE_THRESHOLD_PCT),
+            "heatmap_reporting": len(readings),
+            "idle": idle,
+            "idle_threshold": int(IDLE_THRESHOLD_PCT),
+            "idle_minutes": int(IDLE_WINDOW.total_seconds() // 60),
+            "allocated_used_json": figure_json(allocated_used_figure(series)),
+            "usage_user_json": figure_json(usage_figure(usage, usage.by_user)),
+            "usage_group_json": figure_json(usage_figure(usage, usage.by_group)),
+            "heatmap_json": figure_json(heatmap_figure(heatmap)),
+            "charts": True,
+            "refresh_seconds": REFRESH_SECONDS,
+        },
+    )

@@ -1,0 +1,436 @@
+"""How much of the cluster is allocated, how much of that is used, and by whom.
+
+Reads the dashboard aggregates (style.md rule 24): `UtilizationSample` for allocated vs
+used over time, `UsageHour` for GPU-hours per user and group, `DeviceUtilizationBucket`
+for the per-GPU heatmap. The one live read is the idle-but-allocated list, which looks at
+the last 15 minutes of per-job GPU use of the jobs running now (a small, indexed read).
+
+Visibility: GPU-hours per group are shown to everyone; per user, a student sees their own
+row and one "other users" row, never another student by name. In the idle list a student
+sees only their own jobs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+
+from django.db.models import Avg, BigIntegerField, Count, F, Func, Max, Sum
+from django.db.models.functions import TruncDay
+from django.utils import timezone
+
+from accounts.models import User
+from agents.models import JobGpuMinute, JobGpuSample
+from cluster.models import Device
+from jobs.choices import JobState
+from jobs.models import Allocation
+
+from ..models import DeviceUtilizationBucket, UsageHour, UtilizationSample
+from ..services import BUCKET, HOUR, floor_bucket, floor_hour
+from .cluster import age_text
+
+HEATMAP_SPAN = timedelta(hours=24)
+IDLE_WINDOW = timedelta(minutes=15)
+IDLE_THRESHOLD_PCT = 10.0
+OTHERS_LABEL = "Other users"
+NO_GROUP_LABEL = "No group"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A time window of the page: its span, how finely allocated/used is averaged (at most
+    ~600 points a series), and whether GPU-hours are stacked per hour or per day."""
+
+    key: str
+    label: str
+    span: timedelta
+    series_bucket: timedelta
+    usage_period: str  # "hour" or "day"
+
+
+WINDOWS: dict[str, Window] = {
+    window.key: window
+    for window in (
+        Window("24h", "24 h", timedelta(hours=24), timedelta(minutes=5), "hour"),  # 288 points
+        Window("7d", "7 d", timedelta(days=7), timedelta(minutes=30), "day"),  # 336 points
+        Window("30d", "30 d", timedelta(days=30), timedelta(hours=2), "day"),  # 360 points
+    )
+}
+DEFAULT_WINDOW = WINDOWS["24h"]
+
+
+def window_get(key: str | None) -> Window | None:
+    """The window named `key` ('24h', '7d', '30d'), or None for anything else."""
+    return WINDOWS.get(key or "")
+
+
+# --------------------------------------------------------------------------- allocated vs used
+
+
+class _EpochBucket(Func):
+    """The index of the `seconds`-long time bucket a timestamp falls in (floor of epoch/seconds).
+
+    Computed in the database, so a 30-day window sends a few hundred averaged rows per
+    device type to Python instead of tens of thousands of samples. PostgreSQL and SQLite
+    (the demo) spell it differently.
+    """
+
+    output_field = BigIntegerField()
+
+    def __init__(self, expression: str, *, seconds: int) -> None:
+        if int(seconds) <= 0:
+            raise ValueError("A bucket lasts at least one second.")
+        self.seconds = int(seconds)  # an int, so safe to write into the SQL
+        super().__init__(F(expression))
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[no-untyped-def, override]
+        template = f"CAST(FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / {self.seconds}) AS BIGINT)"
+        return super().as_sql(compiler, connection, template=template, **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):  # type: ignore[no-untyped-def]
+        # '%%%%s' becomes '%%s' here and '%s' once the SQLite backend unescapes the query.
+        template = f"(CAST(STRFTIME('%%%%s', %(expressions)s) AS INTEGER) / {self.seconds})"
+        return super().as_sql(compiler, connection, template=template, **extra)
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    at: datetime  # start of the bucket
+    devices: int
+    allocated: float  # mean GPUs allocated over the bucket
+    used: float  # mean GPUs' worth of utilization (two GPUs at 50 % = 1.0)
+
+
+@dataclass(frozen=True)
+class TypeSeries:
+    device_type: str
+    points: list[SeriesPoint]
+
+    @property
+    def devices(self) -> int:
+        return self.points[-1].devices if self.points else 0
+
+    @property
+    def allocated_mean(self) -> float:
+        return sum(p.allocated for p in self.points) / len(self.points) if self.points else 0.0
+
+    @property
+    def used_mean(self) -> float:
+        return sum(p.used for p in self.points) / len(self.points) if self.points else 0.0
+
+    @property
+    def allocated_peak(self) -> float:
+        return max((p.allocated for p in self.points), default=0.0)
+
+    @property
+    def used_of_allocated_pct(self) -> float | None:
+        """Of the GPUs allocated on average, the share actually used (None if none were)."""
+        allocated = self.allocated_mean
+        return 100.0 * self.used_mean / allocated if allocated > 0 else None
+
+
+def allocation_series(*, window: Window, now: datetime | None = None) -> list[TypeSeries]:
+    """Allocated and used GPUs per device type over `window`, averaged per `series_bucket`.
+
+    One grouped query over UtilizationSample; a bucket with no sample (the task did not
+    run) is simply absent, so the chart shows a gap in time rather than a false zero.
+    """
+    now = now or timezone.now()
+    seconds = int(window.series_bucket.total_seconds())
+    rows = (
+        UtilizationSample.objects.filter(at__gt=now - window.span, at__lte=now)
+        .annotate(bucket=_EpochBucket("at", seconds=seconds))
+        .values("device_type__name", "bucket")
+        .annotate(devices=Max("devices"), allocated=Avg("allocated"), used=Avg("used"))
+        .order_by("device_type__name", "bucket")
+    )
+    series: dict[str, list[SeriesPoint]] = {}
+    for row in rows:
+        series.setdefault(row["device_type__name"], []).append(
+            SeriesPoint(
+                at=datetime.fromtimestamp(row["bucket"] * seconds, tz=UTC),
+                devices=row["devices"],
+                allocated=round(row["allocated"], 3),
+                used=round(row["used"], 3),
+            )
+        )
+    return [TypeSeries(device_type=name, points=points) for name, points in series.items()]
+
+
+# --------------------------------------------------------------------------- GPU-hours
+
+
+@dataclass(frozen=True)
+class UsageSeries:
+    """GPU-hours of one user, one group, or all other users, per period of the window."""
+
+    label: str
+    gpu_hours: list[float]  # one value per period of UsageBreakdown.periods
+    user: str | None = None  # the user name, when the viewer may see it
+    mine: bool = False
+    others: bool = False
+
+    @property
+    def total(self) -> float:
+        return round(sum(self.gpu_hours), 2)
+
+
+@dataclass(frozen=True)
+class UsageBreakdown:
+    period: str  # "hour" or "day"
+    periods: list[datetime]  # start of each period, oldest first
+    by_user: list[UsageSeries]
+    by_group: list[UsageSeries]
+
+    @property
+    def total(self) -> float:
+        return round(sum(series.total for series in self.by_group), 2)
+
+
+def _periods(*, window: Window, now: datetime) -> list[datetime]:
+    """Start of every period of the window: the last 24 hours, or the last 7 or 30 local days."""
+    if window.usage_period == "hour":
+        last = floor_hour(now)
+        count = int(window.span / HOUR)
+        return [last - HOUR * (count - 1 - i) for i in range(count)]
+    today = timezone.localdate(now)
+    days = window.span.days
+    return [
+        timezone.make_aware(datetime.combine(today - timedelta(days=days - 1 - i), time.min))
+        for i in range(days)
+    ]
+
+
+def usage_breakdown(*, viewer: User, window: Window, now: datetime | None = None) -> UsageBreakdown:
+    """GPU-hours per user and per group for each hour (24 h) or local day (7 d, 30 d).
+
+    1. Two grouped queries over UsageHour: per (period, user) and per (period, group).
+    2. For a student, every user but themselves is summed into one "other users" series.
+    Series are sorted by their total, largest first (the viewer's own row first).
+    """
+    now = now or timezone.now()
+    periods = _periods(window=window, now=now)
+    index = {period: i for i, period in enumerate(periods)}
+    hours = UsageHour.objects.filter(hour__gte=periods[0], hour__lte=now)
+    if window.usage_period == "hour":
+        hours = hours.annotate(period=F("hour"))
+    else:
+        hours = hours.annotate(period=TruncDay("hour"))
+
+    def collect(key_fields: tuple[str, ...]) -> dict[tuple, list[float]]:
+        values: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * len(periods))
+        rows = (
+            hours.values("period", *key_fields)
+            .annotate(seconds=Sum("gpu_seconds"))
+            .order_by()
+            .values_list("period", *key_fields, "seconds")
+        )
+        for period, *key, seconds in rows:
+            i = index.get(period)
+            if i is not None:
+                values[tuple(key)][i] += seconds / 3600.0
+        return values
+
+    by_user: list[UsageSeries] = []
+    others = [0.0] * len(periods)
+    has_others = False
+    for (user_id, username), values in collect(("user_id", "user__username")).items():
+        rounded = [round(value, 3) for value in values]
+        mine = user_id == viewer.pk
+        if mine or viewer.is_lab_admin:
+            by_user.append(UsageSeries(label=username, gpu_hours=rounded, user=username, mine=mine))
+        else:
+            has_others = True
+            others = [a + b for a, b in zip(others, values, strict=True)]
+    by_user.sort(key=lambda series: (not series.mine, -series.total, series.label))
+    if has_others:
+        by_user.append(
+            UsageSeries(
+                label=OTHERS_LABEL, gpu_hours=[round(value, 3) for value in others], others=True
+            )
+        )
+    by_group = sorted(
+        (
+            UsageSeries(
+                label=name or NO_GROUP_LABEL, gpu_hours=[round(value, 3) for value in values]
+            )
+            for (name,), values in collect(("group__name",)).items()
+        ),
+        key=lambda series: (-series.total, series.label),
+    )
+    return UsageBreakdown(
+        period=window.usage_period, periods=periods, by_user=by_user, by_group=by_group
+    )
+
+
+# --------------------------------------------------------------------------- heatmap
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    label: str  # "node/index"
+    device_type: str
+    values: list[float | None]  # mean utilization % per bucket; None: no reading
+    mean: float | None  # over the 24 h, weighted by samples
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    starts: list[datetime]  # start of each 15-minute bucket, oldest first
+    rows: list[DeviceRow]
+
+
+def device_heatmap(*, now: datetime | None = None) -> Heatmap:
+    """Every device's mean utilization per 15-minute bucket over the last 24 hours.
+
+    Two reads: the devices (with node names, for the labels) and their buckets.
+    """
+    now = now or timezone.now()
+    count = int(HEATMAP_SPAN / BUCKET)
+    last = floor_bucket(now)
+    starts = [last - BUCKET * (count - 1 - i) for i in range(count)]
+    column = {start: i for i, start in enumerate(starts)}
+    devices = Device.objects.order_by("node__name", "index").values_list(
+        "id", "node__name", "index", "device_type__name"
+    )
+    cells: dict[int, list[float | None]] = {}
+    weights: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    buckets = DeviceUtilizationBucket.objects.filter(
+        start__gte=starts[0], start__lte=now
+    ).values_list("device_id", "start", "utilization_avg", "samples")
+    for device_id, start, utilization, samples in buckets:
+        i = column.get(start)
+        if i is None or utilization is None:
+            continue
+        cells.setdefault(device_id, [None] * count)[i] = round(utilization, 1)
+        weights[device_id][0] += utilization * samples
+        weights[device_id][1] += samples
+    rows = []
+    for device_id, node_name, device_index, type_name in devices:
+        total, samples = weights.get(device_id, (0.0, 0.0))
+        rows.append(
+            DeviceRow(
+                label=f"{node_name}/{device_index}",
+                device_type=type_name,
+                values=cells.get(device_id, [None] * count),
+                mean=round(total / samples, 1) if samples else None,
+            )
+        )
+    return Heatmap(starts=starts, rows=rows)
+
+
+# --------------------------------------------------------------------------- idle but allocated
+
+
+@dataclass(frozen=True)
+class IdleJob:
+    job_id: int
+    name: str
+    owner: str
+    gpus: int
+    devices: list[str]  # "node/index" of each device it holds
+    held_seconds: float
+    utilization_avg: float  # mean over the GPUs it holds, last IDLE_WINDOW
+
+    @property
+    def held_text(self) -> str:
+        return age_text(self.held_seconds)
+
+
+@dataclass(frozen=True)
+class IdleAllocated:
+    jobs: list[IdleJob]  # below IDLE_THRESHOLD_PCT, least used first
+    running: int  # running jobs holding devices that the viewer may see
+    without_readings: int  # of those, how many reported no per-job GPU use in the window
+
+
+def idle_allocated_jobs(*, viewer: User, now: datetime | None = None) -> IdleAllocated:
+    """Running jobs that hold GPUs but used them less than IDLE_THRESHOLD_PCT lately.
+
+    1. The live allocations of RUNNING jobs (a student's own jobs only).
+    2. Their per-job GPU use over the last IDLE_WINDOW from JobGpuMinute; a job with no
+       minute row yet (just started, or the roll-up has not run) falls back to its raw
+       JobGpuSample rows.
+    3. A job's use is the mean over every GPU it holds: a held GPU with no process of the
+       job on it counts as 0 %. A job with no reading at all is not judged (it is counted
+       in `without_readings`): its node's agent may not report per-job use.
+    """
+    now = now or timezone.now()
+    since = now - IDLE_WINDOW
+    allocations = Allocation.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING)
+    if not viewer.is_lab_admin:
+        allocations = allocations.filter(job__owner=viewer)
+    jobs: dict[int, dict] = {}
+    for job_id, name, owner, device_id, node_name, index, started_at in allocations.order_by(
+        "job_id", "device__node__name", "device__index"
+    ).values_list(
+        "job_id",
+        "job__name",
+        "job__owner__username",
+        "device_id",
+        "device__node__name",
+        "device__index",
+        "started_at",
+    ):
+        job = jobs.setdefault(
+            job_id,
+            {"name": name, "owner": owner, "devices": {}, "since": started_at},
+        )
+        job["devices"][device_id] = f"{node_name}/{index}"
+        job["since"] = min(job["since"], started_at)
+    if not jobs:
+        return IdleAllocated(jobs=[], running=0, without_readings=0)
+
+    # (job, device) -> mean utilization % over the window.
+    use: dict[tuple[int, int], float] = {}
+    minute_rows = (
+        JobGpuMinute.objects.filter(
+            job_id__in=list(jobs), minute__gte=since, utilization_avg__isnull=False
+        )
+        .values("job_id", "device_id")
+        .annotate(weighted=Sum(F("utilization_avg") * F("samples")), samples=Sum("samples"))
+        .order_by()
+        .values_list("job_id", "device_id", "weighted", "samples")
+    )
+    for job_id, device_id, weighted, samples in minute_rows:
+        if samples:
+            use[(job_id, device_id)] = weighted / samples
+    rolled = {job_id for job_id, _ in use}
+    unrolled = [job_id for job_id in jobs if job_id not in rolled]
+    if unrolled:
+        sample_rows = (
+            JobGpuSample.objects.filter(
+                job_id__in=unrolled, at__gte=since, at__lte=now, utilization_pct__isnull=False
+            )
+            .values("job_id", "device_id")
+            .annotate(mean=Avg("utilization_pct"), samples=Count("id"))
+            .order_by()
+            .values_list("job_id", "device_id", "mean")
+        )
+        for job_id, device_id, mean in sample_rows:
+            use[(job_id, device_id)] = float(mean)
+
+    idle = []
+    without_readings = 0
+    for job_id, job in jobs.items():
+        held = job["devices"]
+        readings = [use.get((job_id, device_id)) for device_id in held]
+        if all(reading is None for reading in readings):
+            without_readings += 1
+            continue
+        average = sum(reading or 0.0 for reading in readings) / len(held)
+        if average < IDLE_THRESHOLD_PCT:
+            idle.append(
+                IdleJob(
+                    job_id=job_id,
+                    name=job["name"],
+                    owner=job["owner"],
+                    gpus=len(held),
+                    devices=list(held.values()),
+                    held_seconds=max(0.0, (now - job["since"]).total_seconds()),
+                    utilization_avg=round(average, 1),
+                )
+            )
+    idle.sort(key=lambda job: (job.utilization_avg, -job.held_seconds, job.job_id))
+    return IdleAllocated(jobs=idle, running=len(jobs), without_readings=without_readings)
