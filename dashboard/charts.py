@@ -19,18 +19,23 @@ def figure_new(
     """An empty figure in the house style: compact margins, legend below (fits 390 px)."""
     figure = go.Figure()
     figure.update_layout(
+        # No Plotly template: the default one adds ~7 KB of JSON to every chart and costs
+        # ~40 ms to build; the few style choices below are all the pages need.
+        template="none",
         title={"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}} if title else None,
         height=height,
-        margin={"l": 48, "r": 12, "t": 40 if title else 12, "b": 40},
+        margin={"l": 48, "r": 12, "t": 40 if title else 12, "b": 48},
         colorway=PALETTE,
         font={"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+        # Below the plot, clear of two-line date ticks: fits a 390 px wide screen.
+        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
         paper_bgcolor="#ffffff",
         plot_bgcolor="#ffffff",
         hovermode="closest",
     )
-    figure.update_xaxes(title_text=x_title or None, gridcolor="#eceff3", zeroline=False)
-    figure.update_yaxes(title_text=y_title or None, gridcolor="#eceff3", zeroline=False)
+    axis_style = {"gridcolor": "#eceff3", "linecolor": "#b9c0cb", "zeroline": False}
+    figure.update_xaxes(title_text=x_title or None, showline=True, **axis_style)
+    figure.update_yaxes(title_text=y_title or None, showgrid=True, **axis_style)
     return figure
 
 

@@ -4,7 +4,8 @@
    plotly package) and is drawn with the plotly.js that package ships.
    Auto-refresh: a page whose <main> has `data-refresh-seconds` re-fetches itself and swaps
    each `[data-refresh-id]` element for its fresh copy. The reader keeps their place: scroll
-   position is untouched, a region holding keyboard focus or a text selection is skipped,
+   position is untouched, a region holding keyboard focus, a text selection or a form field
+   the reader has typed into is skipped,
    nothing happens while the tab is hidden, and a button pauses it. */
 (function () {
   "use strict";
@@ -21,7 +22,26 @@
     root.querySelectorAll(".chart[data-figure]").forEach(drawChart);
   }
 
+  function hasUnsavedInput(element) {
+    var fields = element.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < fields.length; i += 1) {
+      var field = fields[i];
+      if (field.tagName === "SELECT") {
+        for (var j = 0; j < field.options.length; j += 1) {
+          if (field.options[j].selected !== field.options[j].defaultSelected) return true;
+        }
+      } else if (field.type === "checkbox" || field.type === "radio") {
+        if (field.checked !== field.defaultChecked) return true;
+      } else if (field.type !== "hidden" && field.value !== field.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   function readerIsIn(element) {
+    // Typing a drain reason, then clicking elsewhere, must not lose the text.
+    if (hasUnsavedInput(element)) return true;
     var active = document.activeElement;
     if (active && active !== document.body && element.contains(active)) return true;
     var selection = window.getSelection && window.getSelection();
