@@ -109,13 +109,18 @@ class DeviceUtilizationBucket(models.Model):
 
 
 class AggregatesState(models.Model):
-    """Singleton (pk=1): how far the aggregates have been brought, so each run is incremental."""
+    """Singleton (pk=1): how far the aggregates have been brought, so each run is incremental.
+
+    `version` changes on every run: figures built only from aggregates are cached under it,
+    so a cached figure is exactly what a fresh build would give until the next run.
+    """
 
     usage_rebuilt_from = models.DateTimeField(
         null=True, blank=True, help_text="Hours before this one are final."
     )
     updated_at = models.DateTimeField(null=True, blank=True)
     last_duration_ms = models.FloatField(default=0.0)
+    version = models.UUIDField(null=True, blank=True)
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(pk=1), name="aggregatesstate_singleton")]

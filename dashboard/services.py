@@ -7,6 +7,7 @@ run it twice, or skip a few runs; each run rebuilds exactly the rows that may ha
 from __future__ import annotations
 
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -84,6 +85,7 @@ def aggregates_update(*, now: datetime | None = None) -> AggregatesResult:
         state.usage_rebuilt_from = floor_hour(now - SETTLE_MARGIN)
         state.updated_at = now
         state.last_duration_ms = duration_ms
+        state.version = uuid.uuid4()
         state.save()
     return AggregatesResult(
         usage_hours_rebuilt=rebuilt_hours,

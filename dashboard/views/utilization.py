@@ -16,7 +16,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from accounts.models import User
+
 from ..charts import PALETTE, figure_json, figure_new
+from ..selectors.aggregates import cached_on_aggregates
 from ..selectors.utilization import (
     DEFAULT_WINDOW,
     IDLE_THRESHOLD_PCT,
@@ -26,6 +29,7 @@ from ..selectors.utilization import (
     TypeSeries,
     UsageBreakdown,
     UsageSeries,
+    Window,
     allocation_series,
     device_heatmap,
     idle_allocated_jobs,
@@ -134,35 +138,59 @@ def heatmap_figure(heatmap: Heatmap) -> go.Figure:
     return figure
 
 
+def _cluster_part(window: Window, as_of: datetime | None) -> dict[str, object]:
+    """What every viewer sees alike, built only from aggregates (cached per run)."""
+    now = as_of or timezone.now()
+    series = allocation_series(window=window, now=now)
+    heatmap = device_heatmap(now=now)
+    readings = [row for row in heatmap.rows if row.mean is not None]
+    return {
+        "series": series,
+        "heatmap": heatmap,
+        "heatmap_busiest": max(readings, key=lambda row: row.mean, default=None),
+        "heatmap_idlest": min(readings, key=lambda row: row.mean, default=None),
+        "heatmap_below_idle": sum(1 for row in readings if row.mean < IDLE_THRESHOLD_PCT),
+        "heatmap_reporting": len(readings),
+        "allocated_used_json": figure_json(allocated_used_figure(series)),
+        "heatmap_json": figure_json(heatmap_figure(heatmap)),
+    }
+
+
+def _usage_part(viewer: User, window: Window, as_of: datetime | None) -> dict[str, object]:
+    """GPU-hours as this viewer may see them (own row or everyone), from UsageHour."""
+    usage = usage_breakdown(viewer=viewer, window=window, now=as_of or timezone.now())
+    return {
+        "usage": usage,
+        "usage_user_json": figure_json(usage_figure(usage, usage.by_user)),
+        "usage_group_json": figure_json(usage_figure(usage, usage.by_group)),
+    }
+
+
 @login_required
 def utilization_page(request: HttpRequest) -> HttpResponse:
     window = window_get(request.GET.get("window")) or DEFAULT_WINDOW
-    now = timezone.now()
-    series = allocation_series(window=window, now=now)
-    usage = usage_breakdown(viewer=request.user, window=window, now=now)
-    heatmap = device_heatmap(now=now)
-    idle = idle_allocated_jobs(viewer=request.user, now=now)
-    readings = [row for row in heatmap.rows if row.mean is not None]
+    # Students' usage figures differ per student (their own row); admins' are all alike.
+    scope = "admin" if request.user.is_lab_admin else f"user{request.user.pk}"
+    cluster_part = cached_on_aggregates(
+        f"utilization:{window.key}", lambda as_of: _cluster_part(window, as_of)
+    )
+    usage_part = cached_on_aggregates(
+        f"utilization-usage:{window.key}:{scope}",
+        lambda as_of: _usage_part(request.user, window, as_of),
+    )
+    # Live, not cached: which running jobs hold GPUs they barely use right now.
+    idle = idle_allocated_jobs(viewer=request.user, now=timezone.now())
     return render(
         request,
         "dashboard/utilization.html",
         {
+            **cluster_part,
+            **usage_part,
             "window": window,
             "windows": list(WINDOWS.values()),
-            "series": series,
-            "usage": usage,
-            "heatmap": heatmap,
-            "heatmap_busiest": max(readings, key=lambda row: row.mean, default=None),
-            "heatmap_idlest": min(readings, key=lambda row: row.mean, default=None),
-            "heatmap_below_idle": sum(1 for row in readings if row.mean < IDLE_THRESHOLD_PCT),
-            "heatmap_reporting": len(readings),
             "idle": idle,
             "idle_threshold": int(IDLE_THRESHOLD_PCT),
             "idle_minutes": int(IDLE_WINDOW.total_seconds() // 60),
-            "allocated_used_json": figure_json(allocated_used_figure(series)),
-            "usage_user_json": figure_json(usage_figure(usage, usage.by_user)),
-            "usage_group_json": figure_json(usage_figure(usage, usage.by_group)),
-            "heatmap_json": figure_json(heatmap_figure(heatmap)),
             "charts": True,
             "refresh_seconds": REFRESH_SECONDS,
         },
