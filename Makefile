@@ -29,11 +29,15 @@ demo: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_seed
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_serve $(HOST):$(PORT)
 
-# The agent tests start a real OpenSSH server on 127.0.0.1; install it when missing.
+# The agent tests start a real OpenSSH server on 127.0.0.1, and the browser tests drive
+# Debian's Chromium (Playwright never downloads a browser); install them when missing.
 test: $(STAMP)
 	@test -x /usr/sbin/sshd || { echo "Installing openssh-server (needs apt-get)…"; \
 	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
 	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq openssh-server; }
+	@test -x /usr/bin/chromium || { echo "Installing chromium for the browser tests (needs apt-get)…"; \
+	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
+	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq chromium; }
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest
