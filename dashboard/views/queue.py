@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ..charts import figure_json, figure_new
 from ..selectors import queue as queue_selectors
+from ..selectors.aggregates import cached_on_aggregates
 
 PAGE_SIZE = 50
 
@@ -30,7 +31,10 @@ def queue_page(request: HttpRequest) -> HttpResponse:
             "page": page,
             "charts": True,
             "refresh_seconds": 10,
-            "queue_length_figure": figure_json(_queue_length_figure(now)),
+            # Built only from QueueSample rows: cached per aggregation run (exact).
+            "queue_length_figure": cached_on_aggregates(
+                "queue-length", lambda as_of: figure_json(_queue_length_figure(as_of or now))
+            ),
             "wait_figure": figure_json(_wait_figure(now)),
         },
     )
