@@ -45,6 +45,7 @@ def _run_forever() -> None:
     from agents.heartbeats import metrics_rollup
     from agents.simulated import simulated_heartbeats, simulated_tick
     from dashboard.services import aggregates_update
+    from dashboard.warm import figure_caches_warm
 
     from .choices import RoundTrigger
     from .selectors import scheduler_config_get
@@ -67,6 +68,7 @@ def _run_forever() -> None:
             if now >= next_aggregates:
                 metrics_rollup()
                 aggregates_update()
+                figure_caches_warm()
                 next_aggregates = now + AGGREGATES_SECONDS
         except Exception:  # the loop must survive a bad round; the next one retries
             logger.exception("Embedded scheduling loop iteration failed")

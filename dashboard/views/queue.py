@@ -17,6 +17,14 @@ from ..selectors.aggregates import cached_on_aggregates
 PAGE_SIZE = 50
 
 
+def queue_length_figure_cached() -> str:
+    """The queue-length figure, built once per aggregation run (only QueueSample feeds it)."""
+    return cached_on_aggregates(
+        "queue-length",
+        lambda as_of: figure_json(_queue_length_figure(as_of or timezone.now())),
+    )
+
+
 @login_required
 def queue_page(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
@@ -32,9 +40,7 @@ def queue_page(request: HttpRequest) -> HttpResponse:
             "charts": True,
             "refresh_seconds": 10,
             # Built only from QueueSample rows: cached per aggregation run (exact).
-            "queue_length_figure": cached_on_aggregates(
-                "queue-length", lambda as_of: figure_json(_queue_length_figure(as_of or now))
-            ),
+            "queue_length_figure": queue_length_figure_cached(),
             "wait_figure": figure_json(_wait_figure(now)),
         },
     )

@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from accounts.choices import Role
 from accounts.models import User
 
 from ..charts import PALETTE, figure_json, figure_new
@@ -157,7 +158,7 @@ def _cluster_part(window: Window, as_of: datetime | None) -> dict[str, object]:
 
 
 def _usage_part(viewer: User, window: Window, as_of: datetime | None) -> dict[str, object]:
-    """GPU-hours as this viewer may see them (own row or everyone), from UsageHour."""
+    """GPU-hours as this viewer may see them (a student: own row; an admin: everyone's)."""
     usage = usage_breakdown(viewer=viewer, window=window, now=as_of or timezone.now())
     return {
         "usage": usage,
@@ -166,16 +167,40 @@ def _usage_part(viewer: User, window: Window, as_of: datetime | None) -> dict[st
     }
 
 
+def utilization_cache_key(window: Window) -> str:
+    return f"utilization:{window.key}"
+
+
+def usage_cache_key(window: Window, viewer: User) -> str:
+    # Students' usage figures differ per student (their own row); admins' are all alike.
+    scope = "admin" if viewer.is_lab_admin else f"user{viewer.pk}"
+    return f"utilization-usage:{window.key}:{scope}"
+
+
+def utilization_figures_warm() -> None:
+    """Build the figures every viewer shares, for every window, into the per-run cache."""
+    for window in WINDOWS.values():
+        cached_on_aggregates(
+            utilization_cache_key(window), lambda as_of, w=window: _cluster_part(w, as_of)
+        )
+    # Admins all see the same usage figures (any admin will do: an unsaved one, owning no
+    # usage); students' differ per student and are built on their first visit.
+    any_admin = User(role=Role.ADMIN)
+    for window in WINDOWS.values():
+        cached_on_aggregates(
+            usage_cache_key(window, any_admin),
+            lambda as_of, w=window: _usage_part(any_admin, w, as_of),
+        )
+
+
 @login_required
 def utilization_page(request: HttpRequest) -> HttpResponse:
     window = window_get(request.GET.get("window")) or DEFAULT_WINDOW
-    # Students' usage figures differ per student (their own row); admins' are all alike.
-    scope = "admin" if request.user.is_lab_admin else f"user{request.user.pk}"
     cluster_part = cached_on_aggregates(
-        f"utilization:{window.key}", lambda as_of: _cluster_part(window, as_of)
+        utilization_cache_key(window), lambda as_of: _cluster_part(window, as_of)
     )
     usage_part = cached_on_aggregates(
-        f"utilization-usage:{window.key}:{scope}",
+        usage_cache_key(window, request.user),
         lambda as_of: _usage_part(request.user, window, as_of),
     )
     # Live, not cached: which running jobs hold GPUs they barely use right now.

@@ -64,3 +64,25 @@ def test_within_a_run_the_build_happens_once_with_the_run_time():
         cached_on_aggregates("probe-once", lambda as_of: calls.append(as_of) or "built")
     assert len(calls) == 1 and calls[0] is not None
     assert result.duration_ms >= 0
+
+
+@pytest.mark.django_db
+def test_the_periodic_task_builds_the_shared_figures_so_readers_find_them_cached(
+    lab_admin, monkeypatch
+):
+    from dashboard.tasks import aggregates_update_task
+    from dashboard.views import queue, utilization
+
+    aggregates_update_task.apply().get()
+
+    def must_not_build(*args, **kwargs):
+        raise AssertionError("built on a page load, not by the task")
+
+    monkeypatch.setattr(utilization, "_cluster_part", must_not_build)
+    monkeypatch.setattr(utilization, "_usage_part", must_not_build)
+    monkeypatch.setattr(queue, "_queue_length_figure", must_not_build)
+    client = Client()
+    client.force_login(lab_admin)
+    for window in ("24h", "7d", "30d"):
+        assert client.get(f"/utilization/?window={window}").status_code == 200
+    assert client.get("/queue/").status_code == 200
