@@ -264,6 +264,31 @@ def usage_breakdown(*, viewer: User, window: Window, now: datetime | None = None
     )
 
 
+def usage_breakdown_redacted(full: UsageBreakdown, *, viewer: User) -> UsageBreakdown:
+    """A student's view of an admin's breakdown: own row by name, everyone else summed.
+
+    The same result as `usage_breakdown(viewer=student)`, without reading the table again:
+    the admin breakdown is built once per aggregation run and shared.
+    """
+    if viewer.is_lab_admin:
+        return full
+    mine = [
+        UsageSeries(label=s.label, gpu_hours=s.gpu_hours, user=s.user, mine=True)
+        for s in full.by_user
+        if s.user == viewer.username
+    ]
+    rest = [s for s in full.by_user if s.user != viewer.username]
+    by_user = list(mine)
+    if rest:
+        summed = [
+            round(sum(values), 3) for values in zip(*(s.gpu_hours for s in rest), strict=True)
+        ]
+        by_user.append(UsageSeries(label=OTHERS_LABEL, gpu_hours=summed, others=True))
+    return UsageBreakdown(
+        period=full.period, periods=full.periods, by_user=by_user, by_group=full.by_group
+    )
+
+
 # --------------------------------------------------------------------------- heatmap
 
 

@@ -35,10 +35,13 @@ from ..selectors.utilization import (
     device_heatmap,
     idle_allocated_jobs,
     usage_breakdown,
+    usage_breakdown_redacted,
     window_get,
 )
 
 REFRESH_SECONDS = 60
+# Admins all see the same usage breakdown; an unsaved admin (owning no usage) stands for them.
+ANY_ADMIN = User(role=Role.ADMIN)
 
 
 def _x(moment: datetime) -> str:
@@ -158,8 +161,19 @@ def _cluster_part(window: Window, as_of: datetime | None) -> dict[str, object]:
 
 
 def _usage_part(viewer: User, window: Window, as_of: datetime | None) -> dict[str, object]:
-    """GPU-hours as this viewer may see them (a student: own row; an admin: everyone's)."""
-    usage = usage_breakdown(viewer=viewer, window=window, now=as_of or timezone.now())
+    """GPU-hours as this viewer may see them (a student: own row; an admin: everyone's).
+
+    A student's breakdown is cut from the admins' one (shared, built once per run), so a
+    student's first visit after a run only draws two figures and reads no table.
+    """
+    if viewer.is_lab_admin:
+        usage = usage_breakdown(viewer=viewer, window=window, now=as_of or timezone.now())
+    else:
+        full = cached_on_aggregates(
+            usage_cache_key(window, ANY_ADMIN),
+            lambda run_as_of: _usage_part(ANY_ADMIN, window, run_as_of),
+        )["usage"]
+        usage = usage_breakdown_redacted(full, viewer=viewer)
     return {
         "usage": usage,
         "usage_user_json": figure_json(usage_figure(usage, usage.by_user)),
@@ -183,13 +197,11 @@ def utilization_figures_warm() -> None:
         cached_on_aggregates(
             utilization_cache_key(window), lambda as_of, w=window: _cluster_part(w, as_of)
         )
-    # Admins all see the same usage figures (any admin will do: an unsaved one, owning no
-    # usage); students' differ per student and are built on their first visit.
-    any_admin = User(role=Role.ADMIN)
+    # Admins all see the same usage figures; students' are cut from them on first visit.
     for window in WINDOWS.values():
         cached_on_aggregates(
-            usage_cache_key(window, any_admin),
-            lambda as_of, w=window: _usage_part(any_admin, w, as_of),
+            usage_cache_key(window, ANY_ADMIN),
+            lambda as_of, w=window: _usage_part(ANY_ADMIN, w, as_of),
         )
 
 

@@ -86,3 +86,34 @@ def test_the_periodic_task_builds_the_shared_figures_so_readers_find_them_cached
     for window in ("24h", "7d", "30d"):
         assert client.get(f"/utilization/?window={window}").status_code == 200
     assert client.get("/queue/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_students_breakdown_cut_from_the_admins_equals_the_one_read_for_her(
+    owner, teammate, outsider, lab_admin, vision, nlp, small_cluster
+):
+    from dashboard.selectors.utilization import (
+        WINDOWS,
+        usage_breakdown,
+        usage_breakdown_redacted,
+    )
+
+    recent = timezone.now() - timedelta(hours=3)
+    for number, (user, group) in enumerate(((owner, vision), (teammate, vision), (outsider, nlp))):
+        job = JobFactory(owner=user, group=group, state=JobState.SUCCEEDED)
+        Allocation.objects.create(
+            job=job, attempt=1, device=small_cluster[number], started_at=recent,
+            ended_at=recent + timedelta(minutes=20 * (number + 1)),
+        )  # fmt: skip
+    aggregates_update()
+    for key in ("24h", "30d"):
+        window = WINDOWS[key]
+        direct = usage_breakdown(viewer=owner, window=window)
+        cut = usage_breakdown_redacted(
+            usage_breakdown(viewer=lab_admin, window=window), viewer=owner
+        )
+        assert [s.label for s in cut.by_user] == [s.label for s in direct.by_user]
+        assert [s.label for s in cut.by_user] == ["alice", "Other users"]
+        for a, b in zip(cut.by_user, direct.by_user, strict=True):
+            assert a.gpu_hours == pytest.approx(b.gpu_hours, abs=0.002)
+        assert cut.by_group == direct.by_group
