@@ -15,20 +15,15 @@ from django.utils import timezone
 
 from agents.models import GpuSample
 from cluster.choices import NodeState
-from cluster.models import Device, Node
+from cluster.models import Node
 from cluster.services import node_drain_settle
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from jobs.services import job_finish
+from tests.dashboard.helpers import device, logged_in
 from tests.factories import DeviceFactory, DeviceTypeFactory, JobFactory, NodeFactory
 
 CLUSTER = "/cluster/"
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def hold(owner, devices, *, state=JobState.RUNNING, minutes_ago=30, name="") -> Job:
@@ -42,8 +37,8 @@ def hold(owner, devices, *, state=JobState.RUNNING, minutes_ago=30, name="") -> 
         started_at=started,
         **({"name": name} if name else {}),
     )
-    for device in devices:
-        Allocation.objects.create(job=job, attempt=1, device=device, started_at=started)
+    for gpu in devices:
+        Allocation.objects.create(job=job, attempt=1, device=gpu, started_at=started)
     return job
 
 
@@ -58,10 +53,6 @@ def reading(device, *, pct=50, used_mb=4096, total_mb=81920, temp=60, ago_s=20, 
         ecc_uncorrected=ecc,
         xid_errors=list(xid),
     )
-
-
-def device(small_cluster, node_name: str, index: int) -> Device:
-    return next(d for d in small_cluster if d.node.name == node_name and d.index == index)
 
 
 # --------------------------------------------------------------------------- the grid

@@ -11,28 +11,13 @@ from rest_framework.test import APIClient
 
 from agents.models import GpuSample, JobGpuMinute
 from cluster.choices import NodeState
-from cluster.models import Device, Node
+from cluster.models import Node
 from dashboard.services import aggregates_update, floor_hour
 from jobs.choices import JobState
-from jobs.models import Allocation, Job
-from tests.factories import JobFactory
+from tests.dashboard.helpers import device, hold
 
 CLUSTER = "/api/v1/cluster/"
 UTILIZATION = "/api/v1/utilization/"
-
-
-def device(small_cluster, node_name: str, index: int) -> Device:
-    return next(d for d in small_cluster if d.node.name == node_name and d.index == index)
-
-
-def hold(owner, devices, *, group=None, start=None, end=None, state=JobState.RUNNING) -> Job:
-    start = start or timezone.now() - timedelta(minutes=30)
-    job = JobFactory(
-        owner=owner, group=group, state=state, num_gpus=len(devices), attempt=1, started_at=start
-    )
-    for one in devices:
-        Allocation.objects.create(job=job, attempt=1, device=one, started_at=start, ended_at=end)
-    return job
 
 
 def idle_minutes(job, gpu, pct):

@@ -24,14 +24,9 @@ from scheduler.core.types import JobPhase
 from scheduler.policies.las import fifo_within_queue, tiresias_order, tiresias_queues
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.snapshot import snapshot_build
+from tests.dashboard.helpers import logged_in
 
 HOUR = 3600.0
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def used(user: User, group: LabGroup | None, *, hours_ago: float, service: float) -> UsageHour:

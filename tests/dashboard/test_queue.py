@@ -14,13 +14,8 @@ from dashboard.services import aggregates_update
 from jobs.choices import JobState
 from jobs.services import JobSpec, job_submit
 from scheduler.services import scheduling_round_run
+from tests.dashboard.helpers import logged_in
 from tests.factories import JobFactory
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from django.test import Client
 from accounts.models import AuditEntry, LabGroup, User
 from accounts.services import group_quota_update, user_quota_update
 from config.errors import NotFound, ValidationFailed
+from tests.dashboard.helpers import logged_in
 
 BLANK_LIMITS = {"max_gpus": "", "max_running_jobs": "", "max_pending_jobs": ""}
 ADMIN_PAGES = [
@@ -17,13 +18,6 @@ ADMIN_PAGES = [
     "/manage/quotas/groups/{group}/",
     "/manage/audit/",
 ]
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
 
 # ----------------------------------------------------------------------------- access
 

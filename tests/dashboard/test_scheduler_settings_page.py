@@ -6,10 +6,11 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from accounts.models import AuditEntry, User
+from accounts.models import AuditEntry
 from config.errors import ValidationFailed
 from scheduler.selectors import scheduler_config_get
 from scheduler.settings_services import scheduler_config_update
+from tests.dashboard.helpers import logged_in
 
 URL = "/manage/scheduler/"
 # The defaults, as the form posts them.
@@ -26,12 +27,6 @@ DEFAULTS = {
     "round_interval_seconds": "10",
     "preemption_grace_seconds": "30",
 }
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.django_db

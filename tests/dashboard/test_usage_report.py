@@ -14,14 +14,9 @@ from accounts.models import LabGroup, User
 from cluster.models import DeviceType
 from dashboard.models import UsageHour
 from dashboard.selectors.usage import csv_safe, usage_report
+from tests.dashboard.helpers import logged_in
 
 HOUR = 3600.0
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def used(user, group, device_type, *, at: datetime, hours: float) -> None:
