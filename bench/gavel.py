@@ -8,9 +8,12 @@ workload generator (`scheduler/sim/gavel.py`: 26 job types uniform, 80% 10^U(1.5
 Cells (each a full replay through `scheduler.sim.engine` with the live policy code):
 - `las-blind`: `las` with BEST_FIT placement (fastest admin-set type first, no per-model
   knowledge): the heterogeneity-agnostic baseline.
-- `las+allox`: gpulab's default, `las` with AlloX placement as the pass calls it today.
-- `las+allox-window`: the same plus `allox_rematch` (scheduler/policies/allox.py), the
-  proposed pass change that lets AlloX choose among `allox_window` waiting jobs.
+- `las+allox`: gpulab's default, `las` with AlloX placement: the pass, then
+  `allox_rematch` (scheduler/policies/allox.py): the window step (AlloX chooses among
+  `allox_window` waiting jobs) and moves (running jobs move to free faster devices).
+- `las+allox-nomove`: the default without moves (`allox.MIGRATION = False`).
+- `las+allox-pass`: AlloX only as the pass's placer (`allox.WINDOW_STEP = False`, no moves):
+  what the default was before the window step and moves were wired into `las`.
 
 Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
@@ -36,11 +39,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
-from scheduler.core.types import Decisions, PlacementKind, Snapshot
+from scheduler.core.types import PlacementKind
 from scheduler.sim.gavel import WINDOW, GavelRun, experiment_settings, run_cell
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gavel.json"
-CELLS = ("las-blind", "las+allox", "las+allox-window")
+CELLS = ("las-blind", "las+allox", "las+allox-nomove", "las+allox-pass")
 ANCHORS = {
     # Gavel paper (seed 0), 5.6 jobs/hour, hours: (average JCT, worst JCT), as quoted in issue 3.
     "Gavel LAS, heterogeneity-agnostic": (35.8, 96.0),
@@ -49,24 +52,23 @@ ANCHORS = {
 }
 
 
-def _rematch_decide(snapshot: Snapshot) -> Decisions:
-    from scheduler.policies import decide
-    from scheduler.policies.allox import allox_rematch
+def run_one(
+    cell: str, rate: float, seed: int, window: tuple[int, int], tail: float, users: str
+) -> GavelRun:
+    from scheduler.policies import allox
 
-    return allox_rematch(snapshot, decide(snapshot))
-
-
-def run_one(cell: str, rate: float, seed: int, window: tuple[int, int], tail: float) -> GavelRun:
     placement = PlacementKind.BEST_FIT if cell == "las-blind" else PlacementKind.ALLOX
-    decide = _rematch_decide if cell == "las+allox-window" else None
+    # Module switches for the ablations; set on every run (pool workers are reused).
+    allox.WINDOW_STEP = cell != "las+allox-pass"
+    allox.MIGRATION = cell not in ("las+allox-nomove", "las+allox-pass")
     return run_cell(
-        cell,
+        cell if users == "per-job" else f"{cell}/{users}",
         experiment_settings(placement),
         jobs_per_hour=rate,
         seed=seed,
         window=window,
         tail_hours=tail,
-        decide=decide,
+        users=users,
     )
 
 
@@ -82,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", default=f"{WINDOW[0]},{WINDOW[1]}")
     parser.add_argument("--tail-hours", type=float, default=400.0)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument(
+        "--users",
+        default="per-job",
+        help="per-job (every job its own user) and/or shared (one user), comma separated; "
+        "see scheduler.sim.gavel.to_trace",
+    )
     parser.add_argument("--output", default=str(RESULTS))
     parser.add_argument(
         "--merge",
@@ -97,17 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     w0, w1 = (int(x) for x in args.window.split(","))
 
     started = time.perf_counter()
-    jobs = [(cell, rate) for rate in rates for cell in cells]
+    user_modes = [u for u in args.users.split(",") if u]
+    jobs = [(cell, rate, users) for users in user_modes for rate in rates for cell in cells]
     with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
         futures = [
-            pool.submit(run_one, cell, rate, args.seed, (w0, w1), args.tail_hours)
-            for cell, rate in jobs
+            pool.submit(run_one, cell, rate, args.seed, (w0, w1), args.tail_hours, users)
+            for cell, rate, users in jobs
         ]
         runs = [future.result() for future in futures]
     total = time.perf_counter() - started
 
     print(f"Gavel heterogeneity experiment: jobs {w0}-{w1 - 1}, seed {args.seed}, hours")
-    print(f"{'policy':24} {'jobs/h':>6} {'avg JCT':>10} {'worst JCT':>10} {'wall s':>7}")
+    print(f"{'policy':30} {'jobs/h':>6} {'avg JCT':>10} {'worst JCT':>10} {'wall s':>7}")
     for run in runs:
         avg, worst = _hours(run.avg_jct_hours), _hours(run.worst_jct_hours)
         if run.unfinished:
@@ -116,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             worst = f">={run.extra['worst_jct_lower_bound_hours']:.1f}"
         note = f"  ({run.unfinished} window jobs unfinished)" if run.unfinished else ""
         print(
-            f"{run.label:24} {run.jobs_per_hour:6.1f} {avg:>10} {worst:>10} "
+            f"{run.label:30} {run.jobs_per_hour:6.1f} {avg:>10} {worst:>10} "
             f"{run.wall_seconds:7.0f}{note}"
         )
     print("published anchors at 5.6 jobs/h (avg / worst):")
@@ -142,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         ]
         rows = kept + rows
     order = {cell: index for index, cell in enumerate(CELLS)}
-    rows.sort(key=lambda row: (row["jobs_per_hour"], order.get(row["label"], 99)))
+    rows.sort(
+        key=lambda row: (
+            row["jobs_per_hour"],
+            "/" in row["label"],
+            order.get(row["label"].split("/")[0], 99),
+        )
+    )
     payload = {
         "benchmark": "gavel",
         "setting": {

@@ -52,14 +52,14 @@ What gpulab adds, and why:
   slow device counts for less; only jobs of the ⌈α × users⌉ lowest-L users are matched, and α
   doubles while nothing can be placed, until it exceeds 1. Equal scores keep priority order.
 
-**Window step (proposal for the pass, `allox_rematch`).** Gavel's gain comes from choosing,
-among many waiting jobs, the one that suits the device that freed; a pass that hands the
-placer exactly as many jobs as free devices leaves nothing to choose. `allox_rematch` takes
-the pass's decisions and re-places them over the pass's starts plus the jobs held only for
-lack of capacity (priority order, `allox_window` of them), keeping the pass's priorities in
-the estimate (fresh jobs have the smallest expected remaining service) and its queue changes
-and preemptions (a preemption no start uses is dropped). Measured on Gavel's experiment in
-bench/README-gavel.md; it is meant to become run_pass step 3 for ALLOX placement.
+**After the pass (`allox_rematch`, called by `las` and `gittins` with ALLOX placement).**
+Gavel's gain comes from choosing, among many waiting jobs, the one that suits the device
+that freed, and from never leaving a job on a slow device while a fast one idles. Two
+steps: `window_step` re-places the pass's starts over the starts plus the jobs held only
+for lack of capacity (priority order, `allox_window` of them), keeping the pass's queue
+changes and preemptions (a preemption no start uses is dropped); `migrate` moves running
+jobs to types where they run faster (free devices, or swaps), only while nobody waits.
+Measured on Gavel's experiment in bench/README-gavel.md.
 
 Deterministic: ties in cost fall to the earlier job in priority order, then the faster type
 (then type name); devices are taken lowest id first within the chosen pools.
@@ -82,8 +82,10 @@ from scheduler.core.types import (
     Job,
     JobPhase,
     PlacementKind,
+    Preempt,
     Reason,
     ReasonCode,
+    SchedulerSettings,
     Snapshot,
     Start,
 )
@@ -522,10 +524,27 @@ def _commit(
 # load and erased AlloX's gain (bench/README-gavel.md), so it is off by default.
 PATIENCE_THRESHOLDS: float | None = None
 
+# Ablation switch (bench/gavel.py): False = AlloX only places the pass's own starts.
+WINDOW_STEP = True
+
 _CAPACITY_CODES = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
 
 
 def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
+    """The AlloX steps after the pass: the window step, then moves (`migrate`).
+
+    What `las` and `gittins` run after `run_pass` when placement is ALLOX.
+    """
+    if snapshot.settings.placement is not PlacementKind.ALLOX:
+        return decisions
+    if WINDOW_STEP:
+        decisions = window_step(snapshot, decisions)
+    if MIGRATION:
+        decisions = migrate(snapshot, decisions)
+    return decisions
+
+
+def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     """Re-place a pass's starts over a window of jobs held only for lack of capacity.
 
     Steps:
@@ -538,8 +557,6 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     4. A preemption whose victim's devices no start uses is dropped (the victim keeps
        running); a start the pass chose that AlloX leaves waiting becomes a hold.
     """
-    if snapshot.settings.placement is not PlacementKind.ALLOX:
-        return decisions
     held_ids = {h.job_id for h in decisions.holds if h.reason.code in _CAPACITY_CODES}
     if not held_ids:
         return decisions
@@ -648,6 +665,174 @@ def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
         if reason is not None:
             holds.append(Hold(job_id, reason, len(holds) + 1))
     return replace(decisions, starts=tuple(starts), preemptions=preemptions, holds=tuple(holds))
+
+
+# --------------------------------------------------------------------------- moves
+# Gavel re-allocates every job every round, so a job never crawls on a K80 while a V100
+# idles; gpulab's pass never moves a running job. `migrate` is that missing move: a
+# running job is checkpointed off its device when a free device of a type where it runs
+# faster is left over after the window step (nobody waiting wants it), and restarts there
+# at the next round (the move is a preemption nobody claimed, `by_job_id = None`).
+
+MIGRATION = True
+# A move must make the job at least this much faster (relative), and gain more than the
+# restore cost, so estimates that drift cannot make a job hop back and forth; a moved job is
+# also protected by the minimum runtime after it restarts.
+MIGRATION_MARGIN = 0.1
+# Move only while no job waits for capacity. A job moved while others wait competes with
+# them for its restart, and the window step may hand its target to one of them: measured on
+# Gavel's experiment, moves under a queue turned into waits of hundreds of hours.
+MOVE_WHILE_JOBS_WAIT = False
+
+
+def migrates(settings: SchedulerSettings) -> bool:
+    """Does this configuration move running jobs (the engine schedules its rounds for it)?"""
+    return (
+        MIGRATION
+        and settings.placement is PlacementKind.ALLOX
+        and settings.policy in MIGRATING_POLICIES
+    )
+
+
+MIGRATING_POLICIES = frozenset({"las", "gittins"})
+
+
+def migrate(snapshot: Snapshot, decisions: Decisions) -> Decisions:
+    """Move running jobs to device types where they run faster: into free devices, or by
+    exchanging types with other running jobs (Gavel's comparative advantage).
+
+    Steps:
+    1. Free devices = schedulable, not busy, held by no job that keeps running, given to no
+       start this round (after the window step: nobody waiting wanted them).
+    2. Only while no job is held for capacity (`MOVE_WHILE_JOBS_WAIT`). Movers: single-GPU
+       running jobs past their minimum runtime (`is_protected`), not
+       preempted this round, on a schedulable node, without quota limits (a move changes
+       the type they hold), and close enough to the head of the order that they will be in
+       the window when they wait for their restart (else the window step of the next round
+       could not see them and the move would turn into a wait).
+    3. Slots per type = its free devices + the devices its movers hold. Each mover is
+       assigned one slot (Hungarian, at most as many per type as there are slots); cost of
+       mover j on type t = E[remaining_j] / s_{j,t} (expected seconds left there; E as in
+       the matching), plus, if t is not its type, the restore cost and `MIGRATION_MARGIN` ×
+       its time left where it is; a job only moves to a type where it runs at least
+       (1 + `MIGRATION_MARGIN`) × as fast, so every move speeds its job up and no job can
+       hop back and forth. Minimizing the sum moves a crawling job onto a free fast
+       device, and swaps two jobs that each run faster on the other's type.
+    4. Each mover assigned another type is preempted with `by_job_id = None`; nothing starts
+       on the free devices or the movers' devices this round, so the next round (the window
+       step sees the movers waiting) restarts them on their new types.
+    """
+    settings = snapshot.settings
+    started_devices = {d for start in decisions.starts for d in start.device_ids}
+    preempted = {p.job_id for p in decisions.preemptions}
+    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
+    held_devices = {
+        d
+        for job in snapshot.jobs
+        if job.is_running and job.id not in preempted
+        for d in job.devices
+    }
+    free_by_type: dict[str, int] = {}
+    speeds: dict[str, float] = {}
+    for device in snapshot.devices:
+        speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
+        if (
+            node_ok.get(device.node, True)
+            and device.id not in snapshot.busy_device_ids
+            and device.id not in held_devices
+            and device.id not in started_devices
+        ):
+            free_by_type[device.device_type] = free_by_type.get(device.device_type, 0) + 1
+
+    from scheduler.policies.base import is_protected  # policy-layer helper, late import
+    from scheduler.policies.fairness import QuotaLedger
+
+    ledger = QuotaLedger(snapshot, [job for job in snapshot.jobs if job.is_running])
+    window = settings.allox_window if settings.allox_window > 0 else 1 << 30
+    position = {job_id: index for index, job_id in enumerate(decisions.order)}
+    waiting_at = sorted(
+        position.get(h.job_id, 0) for h in decisions.holds if h.reason.code in _CAPACITY_CODES
+    )
+    if waiting_at and not MOVE_WHILE_JOBS_WAIT:
+        return decisions
+    device_by_id = snapshot.device_by_id
+    movers: list[tuple[Job, Device, float]] = []  # (job, its device, its speed there)
+    for job in snapshot.jobs:
+        if (
+            not job.is_running
+            or job.num_gpus != 1
+            or job.id in preempted
+            or not job.devices
+            or is_protected(job, snapshot)
+            or (ledger.has_limits and ledger.is_limited(job))
+        ):
+            continue
+        device = device_by_id.get(job.devices[0])
+        if (
+            device is None
+            or not node_ok.get(device.node, True)
+            or device.id in snapshot.busy_device_ids
+        ):
+            continue
+        if bisect.bisect_left(waiting_at, position.get(job.id, 0)) >= window:
+            continue  # after the move it would wait outside the next round's window
+        current = job_speed(job, device.device_type, device.speed)
+        if current > 0:
+            movers.append((job, device, current))
+    if not movers or (len(movers) < 2 and not free_by_type):
+        return decisions
+
+    slots = dict(free_by_type)
+    for _, device, _ in movers:
+        slots[device.device_type] = slots.get(device.device_type, 0) + 1
+    types = sorted(slots, key=lambda t: (-speeds[t], t))
+    estimator = RemainingService.from_snapshot(snapshot)
+    restore = settings.restore_cost
+    n = len(movers)
+    cost = np.full((n, len(types)), np.inf)
+    for row, (job, device, current) in enumerate(movers):
+        remaining = estimator.expected(job.attained_service)
+        here = remaining / current
+        for col, t in enumerate(types):
+            if t == device.device_type:
+                cost[row, col] = here
+                continue
+            target = job_speed(job, t, speeds[t]) if _accepts(job, t) else 0.0
+            if target >= (1.0 + MIGRATION_MARGIN) * current:
+                cost[row, col] = remaining / target + restore + MIGRATION_MARGIN * here
+    # Staying is always possible, so a quick exit when no mover can gain anything.
+    stay = np.array([cost[row, types.index(m[1].device_type)] for row, m in enumerate(movers)])
+    if not (cost < stay[:, None]).any():
+        return decisions
+    rank = 1.0 + _RANK_EPSILON * np.arange(n)[:, None]
+    tie = 1.0 + _TYPE_EPSILON * np.arange(len(types))[None, :]
+    finite = np.where(np.isfinite(cost), cost * rank * tie, _BIG)
+    columns = np.repeat(finite, [min(slots[t], n) for t in types], axis=1)
+    column_type = [t for t in types for _ in range(min(slots[t], n))]
+    rows, cols = linear_sum_assignment(columns)
+    moves: list[Preempt] = []
+    for row, col in zip(rows.tolist(), cols.tolist(), strict=True):
+        job, device, current = movers[row]
+        target_type = column_type[col]
+        if target_type == device.device_type:
+            continue
+        ratio = job_speed(job, target_type, speeds[target_type]) / current
+        moves.append(
+            Preempt(
+                job.id,
+                f"moving to a {target_type}, where it runs {ratio:.2f}× as fast as on its "
+                f"{device.device_type}",
+                None,
+            )
+        )
+    if not moves:
+        return decisions
+    moves.sort(key=lambda p: position.get(p.job_id, 0))
+    return replace(decisions, preemptions=decisions.preemptions + tuple(moves))
+
+
+# Stands in for "impossible" in a cost matrix (linear_sum_assignment rejects all-inf rows).
+_BIG = 1e18
 
 
 def register() -> None:

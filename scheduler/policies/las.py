@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from scheduler.core.accounting import queue_level_for
 from scheduler.core.types import Decisions, Job, QueueChange, Snapshot
+from scheduler.policies.allox import allox_rematch
 from scheduler.policies.base import run_pass
 from scheduler.policies.fairness import fair_share_order, normalized_usage
 
@@ -111,13 +112,15 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     2. Priority order (`tiresias_order`).
     3. The pass with preemption class = queue level: a job only preempts jobs in
        lower-priority queues ("jobs in the same queue do not preempt each other").
+    4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
+       who gets the free devices, and moves running jobs to faster free devices.
     """
     queues = tiresias_queues(snapshot)
     ordered = tiresias_order(snapshot, queues, within_queue)
     levels = queues.levels
     # Preemption class = queue: Tiresias preempts only across queues, which bounds churn to
     # jobs that crossed a threshold (algorithms.md section 1).
-    return run_pass(
+    decisions = run_pass(
         snapshot,
         ordered,
         preemption_class=levels,
@@ -125,6 +128,8 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
         queue_changes=queues.changes,
         preempt_reason=lambda victim, by: las_reason(victim, by, levels),
     )
+    # 4. AlloX placement: the window step and moves (allox.allox_rematch; no-op otherwise).
+    return allox_rematch(snapshot, decisions)
 
 
 def decide_las(snapshot: Snapshot) -> Decisions:

@@ -159,6 +159,9 @@ class SimConfig:
     horizon: float | None = None
     # Skip rounds where no job waits and no timer moment is due (they cannot decide anything).
     skip_idle_rounds: bool = True
+    # Stop as soon as every one of these job ids has finished (a measurement window: what
+    # arrives later cannot change their JCT); None = run on.
+    stop_when_finished: frozenset[int] | None = None
 
 
 # Job's fields in declaration order: `advance_job` builds Jobs positionally (see below).
@@ -350,6 +353,13 @@ class Simulation:
         thresholds = settings.queue_thresholds
         tick = config.tick
         horizon = None if config.horizon is None else start_time + config.horizon
+        # Placements that move running jobs to faster free devices (allox.migrates): a
+        # device freed by a completion can matter with nothing waiting, and a job moved off
+        # its device restarts at the next timer round.
+        from scheduler.policies.allox import migrates
+
+        migrating = migrates(settings)
+        watched = set(config.stop_when_finished or ())
 
         progress = None
         if config.progress:
@@ -440,10 +450,14 @@ class Simulation:
                 del active[job_id]
                 finished_sizes.append(state.job.attained_service)
                 finished_any = True
+                watched.discard(job_id)
                 if progress is not None:
                     progress.update(1)
             if finished_any:
                 finished_sizes_tuple = tuple(finished_sizes)
+            if config.stop_when_finished is not None and not watched:
+                stop_reason = "every watched job finished"
+                break
 
             # 3. Arrivals at `now`: new jobs enter queue 0 at its tail.
             while arrivals and arrivals[0][0].submit_time <= now + _EPS:
@@ -476,7 +490,12 @@ class Simulation:
             # (`wakeup_exact`, not the tick-rounded `wakeup`: a crossing already past but
             # not yet ticked would be seen by this round, so it must run.)
             timer_due = wakeup_exact <= now + _EPS
-            if config.skip_idle_rounds and not timer_due and len(running) == len(active):
+            if (
+                config.skip_idle_rounds
+                and not timer_due
+                and len(running) == len(active)
+                and not (migrating and finished_any)
+            ):
                 note_busy(now)
                 continue
 
@@ -508,6 +527,10 @@ class Simulation:
             # 6. Next timer moment at which this policy could decide differently.
             wakeup = math.inf
             has_pending = len(running) < len(active)
+            # A move (a preemption nobody claimed): the job restarts at the next timer round.
+            if any(preempt.by_job_id is None for preempt in decisions.preemptions):
+                wakeup = now + max(tick, 1.0)
+            may_move = migrating and busy < total_gpus
             for state in active.values():
                 job = state.job
                 if job.phase is JobPhase.RUNNING:
@@ -516,7 +539,7 @@ class Simulation:
                         wakeup = min(wakeup, now + max(left, 0.0) / state.speed)
                     if (
                         preemptive
-                        and has_pending
+                        and (has_pending or may_move)
                         and job.started_at is not None
                         and now - job.started_at < settings.min_runtime
                     ):

@@ -132,15 +132,25 @@ def generate_jobs(
     return jobs
 
 
-def to_trace(jobs: Sequence[GavelJob], table: ThroughputTable | None = None) -> list[TraceJob]:
+def to_trace(
+    jobs: Sequence[GavelJob], table: ThroughputTable | None = None, *, users: str = "per-job"
+) -> list[TraceJob]:
     """Gavel jobs as simulator trace jobs.
 
     `duration` stays V100 seconds (the reference type has relative throughput 1.0), and
     `throughputs` carries the measured speed on each type relative to V100 at the job's
-    scale factor, so the engine runs it for duration / relative speed on each type. Every job
-    is its own user: Gavel's jobs have no owners, and a single shared user would turn
-    fair share and AlloX's α into no-ops in a way Gavel's per-job fairness is not.
+    scale factor, so the engine runs it for duration / relative speed on each type.
+
+    Gavel's jobs have no owners; `users` picks how that maps onto gpulab's accounts:
+    - "per-job": every job is its own user. gpulab's fair share orders a queue by each
+      user's decayed usage, so with one job per user it orders by the job's own attained
+      service: least attained first inside each queue (plain LAS), which starves the
+      longest jobs under load (bench/README-gavel.md);
+    - "shared": one user for all jobs: fair share and AlloX's α are no-ops and each queue is
+      FIFO by queue entry, Tiresias' 2D-LAS as specified.
     """
+    if users not in ("per-job", "shared"):
+        raise ValueError(f"users must be 'per-job' or 'shared', not {users!r}")
     table = table or load_throughputs()
     return [
         TraceJob(
@@ -149,7 +159,7 @@ def to_trace(jobs: Sequence[GavelJob], table: ThroughputTable | None = None) -> 
             submit_time=job.arrival,
             duration=job.duration,
             model=job.model,
-            user=f"job{job.index}",
+            user=f"job{job.index}" if users == "per-job" else "lab",
             throughputs=table.relative(job.model, job.scale_factor),
         )
         for job in jobs
@@ -187,13 +197,15 @@ def run_cell(
     tick: float = 10.0,
     progress: bool = False,
     decide: Callable[[Snapshot], Decisions] | None = None,
+    users: str = "per-job",
 ) -> GavelRun:
     """Replay Gavel's workload under `settings`; JCT statistics over the window jobs.
 
     Steps:
     1. Generate the job stream up to `tail_hours` after the last window job arrives.
     2. Replay it on Gavel's cluster with the live policy (`scheduler.policies.decide`, or
-       `decide` when given), stopping at that horizon.
+       `decide` when given), stopping at that horizon or as soon as every window job has
+       finished, whichever comes first.
     3. Average and maximum JCT of jobs [window[0], window[1]), in hours.
     """
     from scheduler.sim.engine import SimConfig, simulate
@@ -204,7 +216,7 @@ def run_cell(
     last_window_arrival = head[-1].arrival
     horizon = last_window_arrival + tail_hours * 3600.0
     jobs = generate_jobs(jobs_per_hour=jobs_per_hour, seed=seed, until=horizon)
-    trace = to_trace(jobs, table)
+    trace = to_trace(jobs, table, users=users)
     cluster = gavel_cluster(counts, table=table)
     config = SimConfig(
         tick=tick,
@@ -212,6 +224,8 @@ def run_cell(
         horizon=horizon,
         progress=progress,
         progress_desc=f"{label} @ {jobs_per_hour}/h",
+        # Later arrivals cannot change the window's JCTs: stop once the window is done.
+        stop_when_finished=frozenset(range(window[0], window[1])),
     )
     result = simulate(trace, cluster, settings, config=config, decide=decide)
     in_window = [r for r in result.records if window[0] <= r.id < window[1]]
@@ -233,6 +247,9 @@ def run_cell(
             sum(r.queueing_delay for r in in_window) / len(in_window) / 3600.0
         ),
         "rounds": float(result.rounds),
+        # Each window job alone on its fastest type from arrival: no scheduler does better.
+        "window_avg_ideal_hours": sum(r.ideal_runtime for r in in_window) / len(in_window) / 3600,
+        "window_max_ideal_hours": max(r.ideal_runtime for r in in_window) / 3600.0,
     }
     return GavelRun(
         label=label,

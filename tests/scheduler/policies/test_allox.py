@@ -38,6 +38,22 @@ def speeds(v100: float = 1.0, k80: float = 0.3, p100: float | None = None) -> tu
     return tuple(pairs)
 
 
+def pass_only(snap):
+    """The `las` pass without the AlloX steps after it (what `allox_rematch` receives)."""
+    from scheduler.policies.base import run_pass
+    from scheduler.policies.las import fifo_within_queue, tiresias_order, tiresias_queues
+
+    queues = tiresias_queues(snap)
+    ordered = tiresias_order(snap, queues, fifo_within_queue)
+    return run_pass(
+        snap,
+        ordered,
+        preemption_class=queues.levels,
+        levels=queues.levels,
+        queue_changes=queues.changes,
+    )
+
+
 def placed_types(placements: dict[int, tuple[int, ...]], devs) -> dict[int, str]:
     by_id = {d.id: d for d in devs}
     return {job_id: by_id[ids[0]].device_type for job_id, ids in placements.items()}
@@ -282,9 +298,11 @@ def test_rematch_lets_a_job_further_back_take_the_device_it_loses_least_on() -> 
         pending(2, 1, throughputs=speeds(k80=0.9)),
     ]
     snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
-    base = decide(snap)
+    base = pass_only(snap)
     assert {s.job_id for s in base.starts} == {1}
     rematched = allox_rematch(snap, base)
+    # `las` with AlloX placement runs the same step itself.
+    assert decide(snap) == rematched
     assert {s.job_id: s.device_ids for s in rematched.starts} == {2: (1,)}
     assert {h.job_id for h in rematched.holds} == {1}
     assert [h.position for h in rematched.holds] == [1]
@@ -317,8 +335,9 @@ def test_rematch_only_widens_the_choice_for_allox_within_the_window(
         pending(2, 1, throughputs=speeds(k80=0.9)),
     ]
     snap = snapshot(jobs, devs, placement=placement, allox_window=window)
-    rematched = allox_rematch(snap, decide(snap))
+    rematched = allox_rematch(snap, pass_only(snap))
     assert [s.job_id for s in rematched.starts] == [expected_start]
+    assert decide(snap).starts == rematched.starts
 
 
 def test_rematch_respects_quotas_of_the_jobs_it_adds() -> None:
@@ -332,7 +351,7 @@ def test_rematch_respects_quotas_of_the_jobs_it_adds() -> None:
     ]
     users = [Account("alice"), Account("bob", quota=Quota(max_gpus=0))]
     snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX, users=users)
-    rematched = allox_rematch(snap, decide(snap))
+    rematched = allox_rematch(snap, pass_only(snap))
     assert [s.job_id for s in rematched.starts] == [1]
 
 
@@ -350,7 +369,7 @@ def test_rematch_drops_a_preemption_whose_devices_no_start_uses() -> None:
     )
     newcomer = pending(1, 1)
     snap = snapshot([victim, newcomer], devs, placement=PlacementKind.ALLOX)
-    base = decide(snap)
+    base = pass_only(snap)
     rematched = allox_rematch(snap, base)
     used = {d for s in rematched.starts for d in s.device_ids}
     for p in rematched.preemptions:
@@ -370,5 +389,5 @@ def test_rematch_never_hands_a_patient_jobs_start_to_another_job(monkeypatch) ->
         pending(2, 1, throughputs=speeds(k80=0.9)),
     ]
     snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
-    rematched = allox_rematch(snap, decide(snap))
+    rematched = allox_rematch(snap, pass_only(snap))
     assert [s.job_id for s in rematched.starts] == [1]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.types import Decisions, PlacementKind, Snapshot, Start
+from scheduler.core.types import Decisions, PlacementKind, SchedulerSettings, Snapshot, Start
 from scheduler.sim.clusters import SimCluster, homogeneous_cluster
 from scheduler.sim.engine import SimConfig, SimulationError, simulate
 from scheduler.sim.traces import TraceJob
@@ -238,3 +238,40 @@ def test_skipping_idle_rounds_changes_nothing(
             ]
         )
     assert outcomes[0] == outcomes[1]
+
+
+def _v100_and_k80() -> SimCluster:
+    from scheduler.core.types import Device, Node
+
+    return SimCluster(
+        devices=(Device(0, "n0", "v100", 1.0), Device(1, "n1", "k80", 0.5)),
+        nodes=(Node("n0"), Node("n1")),
+        throughputs={"slow": (("v100", 1.0), ("k80", 0.1))},
+    )
+
+
+@pytest.mark.parametrize(("placement", "expected"), [("allox", 1939.1), ("best-fit", 10_000.0)])
+def test_a_job_crawling_on_a_k80_moves_to_the_v100_when_it_frees(
+    placement: str, expected: float
+) -> None:
+    # Job 0 takes the V100; job 1 (10x slower on a K80) gets the K80 at t = 1. At t = 1000
+    # the V100 frees: with AlloX placement job 1 is moved (preempted at 1000, restarted at
+    # the next 10 s tick, 30 s restore), having done 99.9 s of work: 1010 + 30 + 900.1.
+    trace = [job(0, 1, 0, 1000, model="other"), job(1, 1, 1, 1000, model="slow")]
+    settings_ = SchedulerSettings(placement=PlacementKind(placement), restore_cost=30.0)
+    result = run(trace, settings_, _v100_and_k80(), tick=10.0)
+    assert jcts(result)[0] == 1000
+    assert jcts(result)[1] == pytest.approx(expected)
+    assert result.records[1].preemptions == (1 if placement == "allox" else 0)
+
+
+def test_the_replay_stops_once_the_watched_jobs_have_finished() -> None:
+    trace = [job(0, 1, 0, 100), job(1, 1, 50, 100), job(2, 1, 60, 1000)]
+    result = simulate(
+        trace,
+        homogeneous_cluster(1, 1),
+        reference_settings("fifo"),
+        config=SimConfig(tick=0, stop_when_finished=frozenset({0, 1})),
+    )
+    assert jcts(result) == {0: 100, 1: 150, 2: None}
+    assert result.stop_reason == "every watched job finished"

@@ -97,3 +97,13 @@ def test_trace_jobs_carry_v100_duration_and_relative_throughputs() -> None:
         assert speeds["v100"] == 1.0
         expected = table.get("k80", job.model) / table.get("v100", job.model)
         assert speeds["k80"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("users", "expected"), [("per-job", {"job0", "job1", "job2"}), ("shared", {"lab"})]
+)
+def test_jobs_are_their_own_users_or_share_one(users: str, expected: set[str]) -> None:
+    jobs = generate_jobs(jobs_per_hour=5.6, seed=0, num_jobs=3)
+    assert {job.user for job in to_trace(jobs, users=users)} == expected
+    with pytest.raises(ValueError, match="per-job"):
+        to_trace(jobs, users="nobody")
