@@ -66,6 +66,8 @@ class Job(models.Model):
             models.Index(fields=["owner", "state"], name="job_owner_state"),
             # The job list's order (newest first): a page is read from the index, not sorted.
             models.Index(fields=["-submitted_at", "-id"], name="job_submitted_desc"),
+            # The snapshot's Gittins history: the latest finished jobs, without a sort.
+            models.Index(fields=["state", "-finished_at"], name="job_finished"),
             # The queue page's waiting-time histogram reads jobs first started in a window.
             models.Index(fields=["first_started_at"], name="job_first_started"),
         ]

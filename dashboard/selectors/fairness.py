@@ -7,7 +7,6 @@ Two different questions, two different sources:
   snapshot with the scheduler's own rules and pure functions (`decay_usage` with the
   configured half-life, live usage of running jobs, `normalized_usage`), so the page cannot
   drift from the loop: usage / (user weight x group share over the groups with active jobs).
-  See `fair_share_snapshot` for why not `snapshot_build` itself.
 
 Visibility is decided here, once, for the page and the API alike: students see every group
 but only themselves among users (the others are summed as "other users", and appear in the
@@ -23,21 +22,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings as django_settings
-from django.db.models import Count, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import LabGroup, User
-from cluster.choices import DeviceKind
 from dashboard.models import AggregatesState, UsageHour
-from jobs.choices import ACTIVE_STATES, JobState
-from jobs.models import Allocation, Job
-from scheduler.core.accounting import decay_usage
-from scheduler.core.types import Account, JobPhase, SchedulerSettings, Snapshot
-from scheduler.core.types import Job as JobView
+from jobs.choices import ACTIVE_STATES
+from jobs.models import Job
+from scheduler.core.types import JobPhase, SchedulerSettings, Snapshot
 from scheduler.models import SchedulerConfig
 from scheduler.policies.fairness import normalized_usage
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
-from scheduler.snapshot import SNAPSHOT_STATES
+from scheduler.snapshot import snapshot_build
 
 WINDOWS: dict[str, timedelta] = {
     "24h": timedelta(hours=24),
@@ -302,88 +298,17 @@ def fairness_report(*, viewer: User, window: str, now: datetime | None = None) -
 def fair_share_snapshot(
     *, now: datetime, settings: SchedulerSettings
 ) -> tuple[Snapshot, dict[tuple[str, str | None], list[int]]]:
-    """The part of the scheduler's snapshot that fair share reads, built the same way.
+    """The scheduler's own snapshot as of `now`, and per (user, group) [pending, running] jobs.
 
-    Returns the snapshot and, per (user, group), its [pending, running] job counts.
-
-    `scheduler.snapshot.snapshot_build` also reads every device and node, builds every job's
-    Tiresias state, and sorts the finished jobs for the Gittins history (over 100 ms on
-    100,000 jobs, measured): too much for a page refreshed every minute. This builds what
-    `normalized_usage` looks at, with the same rules, so the ranking is the scheduler's:
-    1. Jobs in the snapshot's states, one stand-in per (user, group, phase): fair share only
-       reads a job's user and group. PREEMPTING jobs are left out, as the snapshot does.
-    2. Live usage of STARTING and RUNNING jobs: seconds since their allocation started
-       times the speeds of the devices they hold (a non-GPU device at speed 1.0).
-    3. Accounts: stored usage decayed to `now` with the configured half-life
-       (`decay_usage`), plus the live usage.
-    tests/dashboard/test_fairness_page.py checks the result against `snapshot_build`.
+    `snapshot_build` itself, so the page's ranking is the loop's by construction (usage
+    decayed with the configured half-life, live usage of running jobs, PREEMPTING jobs left
+    out). Its Gittins history query reads the `job_finished` index, so it stays cheap with
+    100,000 finished jobs.
     """
-    now_s = now.timestamp()
-    half_life = django_settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
-    pairs = (
-        Job.objects.filter(state__in=SNAPSHOT_STATES)
-        .exclude(state=JobState.PREEMPTING)
-        .order_by()
-        .values_list("owner_id", "owner__username", "group_id", "group__name", "state")
-        .annotate(jobs=Count("id"))
-    )
-    jobs: list[JobView] = []
+    snapshot, _ = snapshot_build(now=now, settings=settings)
     counts: dict[tuple[str, str | None], list[int]] = defaultdict(lambda: [0, 0])
-    user_ids: set[int] = set()
-    group_ids: set[int] = set()
-    for owner_id, username, group_id, group_name, state, count in pairs:
-        pending = state == JobState.PENDING
-        # Negative ids: stand-ins, never confused with a real job's id.
-        jobs.append(
-            JobView(
-                id=-len(jobs) - 1,
-                user=username,
-                group=group_name,
-                num_gpus=0,
-                submit_time=now_s,
-                phase=JobPhase.PENDING if pending else JobPhase.RUNNING,
-            )
-        )
-        counts[(username, group_name)][0 if pending else 1] += count
-        user_ids.add(owner_id)
-        if group_id is not None:
-            group_ids.add(group_id)
-
-    live_user: dict[int, float] = defaultdict(float)
-    live_group: dict[int, float] = defaultdict(float)
-    held = Allocation.objects.filter(
-        ended_at__isnull=True, job__state__in=(JobState.STARTING, JobState.RUNNING)
-    ).values_list(
-        "job__owner_id", "job__group_id", "started_at", "device__kind", "device__device_type__speed"
-    )
-    for owner_id, group_id, started_at, kind, speed in held:
-        seconds = max(now_s - started_at.timestamp(), 0.0)
-        service = seconds * (speed if kind == DeviceKind.GPU else 1.0)
-        live_user[owner_id] += service
-        if group_id is not None:
-            live_group[group_id] += service
-
-    def accounts(
-        model: type[User] | type[LabGroup], ids: set[int], name_field: str, live: dict[int, float]
-    ) -> tuple[Account, ...]:
-        rows = model.objects.filter(pk__in=ids).values_list(
-            "id", name_field, "weight", "usage", "usage_updated_at"
-        )
-        found = []
-        for pk, name, weight, usage, updated in rows:
-            elapsed = max(now_s - updated.timestamp(), 0.0) if updated else 0.0
-            usage = decay_usage(usage, elapsed, half_life) + live.get(pk, 0.0)
-            found.append(Account(name=name, weight=weight, usage=usage))
-        return tuple(sorted(found, key=lambda account: account.name))
-
-    snapshot = Snapshot(
-        now=now_s,
-        jobs=tuple(jobs),
-        devices=(),
-        users=accounts(User, user_ids, "username", live_user),
-        groups=accounts(LabGroup, group_ids, "name", live_group),
-        settings=settings,
-    )
+    for job in snapshot.jobs:
+        counts[(job.user, job.group)][0 if job.phase is JobPhase.PENDING else 1] += 1
     return snapshot, counts
 
 

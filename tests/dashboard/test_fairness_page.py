@@ -348,10 +348,10 @@ def test_the_page_costs_a_bounded_number_of_queries(
 
 
 @pytest.mark.django_db
-def test_the_pages_snapshot_gives_the_same_fair_share_keys_as_the_schedulers(
+def test_the_page_ranks_with_the_schedulers_snapshot_and_counts_jobs_per_user_and_group(
     owner, teammate, outsider, vision, nlp, small_cluster, settings
 ):
-    """The page builds a narrower snapshot (no devices, no Gittins history): same keys."""
+    """Decayed and live usage reach the page's keys exactly as they reach the scheduler's."""
     from dashboard.selectors.fairness import fair_share_snapshot
     from scheduler.policies.fairness import normalized_usage
 
@@ -373,10 +373,12 @@ def test_the_pages_snapshot_gives_the_same_fair_share_keys_as_the_schedulers(
     theirs, _ = snapshot_build(now=now, settings=config)
     ours, counts = fair_share_snapshot(now=now, settings=config)
 
-    assert normalized_usage(ours, ours.jobs) == pytest.approx(normalized_usage(theirs, theirs.jobs))
-    assert {a.name: a.usage for a in ours.users} == pytest.approx(
-        {a.name: a.usage for a in theirs.users}
-    )
+    usage = {a.name: a.usage for a in ours.users}
+    # bob: 5 h stored 30 h ago, half-life 12 h; alice: 90 min live on an a100 (2.0) + a v100.
+    assert usage["bob"] == pytest.approx(5 * HOUR * 0.5 ** (30 / 12), rel=1e-3)
+    assert usage["alice"] == pytest.approx(90 * 60 * 3.0, rel=1e-2)
+    assert usage["carol"] == 0.0
+    assert normalized_usage(ours, ours.jobs) == normalized_usage(theirs, theirs.jobs)
     assert counts == {
         ("alice", "vision"): [1, 1],
         ("bob", "vision"): [1, 0],
