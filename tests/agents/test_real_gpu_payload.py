@@ -1,0 +1,53 @@
+"""The control plane accepts what the real agent read from a real GPU.
+
+`bench/results/nvml_real_gpu.json` holds two heartbeats that `bench/nvml_real_gpu.py` captured
+from the unmodified `python -m agents.node_agent --once` over real pynvml on an NVIDIA H100
+(idle, then under a PyTorch load tagged GPULAB_JOB_ID=4242). Replaying those exact bodies
+through the heartbeat endpoint checks that the fields real NVML produces (driver strings,
+power, ECC counters, process lists) pass the endpoint's validation and are stored, which the
+simulated NVML alone cannot prove.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from agents.heartbeats import node_agent_token_create
+from agents.models import GpuSample
+from cluster.models import Device
+from tests.factories import NodeFactory
+
+CAPTURE = Path(__file__).resolve().parents[2] / "bench" / "results" / "nvml_real_gpu.json"
+URL = "/api/v1/agents/heartbeat/"
+
+
+@pytest.mark.django_db
+def test_heartbeats_captured_on_a_real_h100_are_accepted_and_stored() -> None:
+    cache.clear()
+    capture = json.loads(CAPTURE.read_text())
+    idle, loaded = (entry["payload"] for entry in capture["heartbeats"])
+    assert capture["heartbeats"][0]["path"] == URL  # the agent posted where we serve
+    node = NodeFactory(name="h100-box")
+    _, key = node_agent_token_create(node_id=node.pk)
+    client = APIClient()
+
+    for payload in (idle, loaded):
+        response = client.post(URL, payload, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 200, response.content
+
+    uuid = loaded["gpus"][0]["uuid"]
+    device = Device.objects.get(uuid=uuid)
+    assert device.node_id == node.pk
+    assert device.device_type.name == "h100-80gb-hbm3"
+    node.refresh_from_db()
+    assert node.labels["driver_version"] == idle["driver_version"]
+    utilizations = sorted(GpuSample.objects.filter(device=device).values_list("utilization_pct"))
+    assert utilizations == [(0,), (100,)]
+    # The loaded beat saw the tagged process on the GPU with its job and attempt.
+    (process,) = loaded["gpus"][0]["processes"]
+    assert (process["job_id"], process["attempt"]) == (4242, 1)
