@@ -33,7 +33,7 @@ import json
 import time
 from dataclasses import replace
 
-from scheduler.core.types import Decisions, PlacementKind, SchedulerSettings, Snapshot
+from scheduler.core.types import DEFAULT_QUEUE_THRESHOLDS, PlacementKind, SchedulerSettings
 from scheduler.sim.clusters import homogeneous_cluster
 from scheduler.sim.engine import SimConfig, simulate
 from scheduler.sim.generators import philly_like
@@ -46,6 +46,11 @@ TIRESIAS = SchedulerSettings(
     promote_knob=None,
     fairness=0.0,
     min_runtime=0.0,
+    # The public simulator preempts at once, any lower queue, any number of victims.
+    preempt_patience=0.0,
+    preempt_margin=1,
+    max_victims=0,
+    starvation_seconds=0.0,
 )
 CONFIGS: dict[str, tuple[SchedulerSettings, float]] = {
     # label: (settings without restore cost, timer tick)
@@ -53,45 +58,17 @@ CONFIGS: dict[str, tuple[SchedulerSettings, float]] = {
     "2d-las (tiresias)": (TIRESIAS, 0.0),
     "2d-las+knob8": (replace(TIRESIAS, promote_knob=8.0), 0.0),
     "gpulab default": (SchedulerSettings(policy="las", placement=PlacementKind.BEST_FIT), 10.0),
+    # Size-blind reference: continuous-like LAS (gpulab's fine queues) with free, immediate
+    # preemption and no guards. On heavy-tailed sizes no size-blind order does much better,
+    # so it shows how much of the gap to SRSF is the missing size knowledge.
+    "fine-las (free)": (
+        replace(
+            TIRESIAS, placement=PlacementKind.BEST_FIT, queue_thresholds=DEFAULT_QUEUE_THRESHOLDS
+        ),
+        0.0,
+    ),
 }
-
-
-# --candidate: a PROTOTYPE of two changes to gpulab's default, for the policy owners to judge;
-# not gpulab's policy. (1) Finer queues: 17 thresholds 100·2^i GPU·s (i = 0..16), close to
-# continuous LAS (foreground-background), instead of one at 3600. (2) Preemption patience:
-# running jobs are treated as non-preemptible in a round unless some waiting queue-0 job has
-# waited at least PATIENCE seconds (since submission if it never ran, else since its last
-# promotion, as accounting counts it); most waits end by a natural completion
-# on a busy cluster; preempting at once costs a restore and churn).
-CANDIDATE_THRESHOLDS = tuple(100.0 * 2**i for i in range(17))
-PATIENCE = 600.0
-BASE_CONFIGS = tuple(CONFIGS)  # what runs without --candidate
-CANDIDATE = "candidate (proto)"
-CONFIGS[CANDIDATE] = (
-    replace(CONFIGS["gpulab default"][0], queue_thresholds=CANDIDATE_THRESHOLDS),
-    10.0,
-)
-
-
-def patient(snapshot: Snapshot) -> Decisions:
-    """The registered policy, behind preemption patience (prototype, see above)."""
-    from scheduler import policies
-
-    now = snapshot.now
-    waited = any(
-        # A job that never ran has waited since submission; accounting's
-        # waiting_since_promotion only counts once a job has run (the knob's δ).
-        (now - job.submit_time if job.attained_service == 0 else job.waiting_since_promotion)
-        >= PATIENCE
-        for job in snapshot.jobs
-        if not job.is_running and job.queue_level == 0
-    )
-    if not waited:
-        jobs = tuple(
-            replace(job, preemptible=False) if job.is_running else job for job in snapshot.jobs
-        )
-        snapshot = replace(snapshot, jobs=jobs)
-    return policies.POLICIES[snapshot.settings.policy](snapshot)
+BASE_CONFIGS = tuple(CONFIGS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,17 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restore", default="0,30", help="restore costs to run [0,30]")
     parser.add_argument(
         "--configs", default=",".join(BASE_CONFIGS), help="subset of configurations"
-    )
-    parser.add_argument(
-        "--candidate",
-        action="store_true",
-        help="also run the prototype 'candidate' (finer queues + preemption patience)",
-    )
-    parser.add_argument(
-        "--candidate-knob",
-        type=float,
-        default=8.0,
-        help="the candidate's starvation knob [8, gpulab's default]",
     )
     parser.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "tiresias_compare.json")
@@ -149,10 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     rows = []
     labels = [c.strip() for c in options.configs.split(",") if c.strip()]
-    if options.candidate and CANDIDATE not in labels:
-        labels.append(CANDIDATE)
-        settings, tick = CONFIGS[CANDIDATE]
-        CONFIGS[CANDIDATE] = (replace(settings, promote_knob=options.candidate_knob), tick)
     for restore in (float(r) for r in options.restore.split(",")):
         for label in labels:
             settings, tick = CONFIGS[label]
@@ -162,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 trace,
                 cluster,
                 settings,
-                decide=patient if label == CANDIDATE else None,
-                config=SimConfig(tick=tick, check_invariants=label == CANDIDATE),
+                config=SimConfig(tick=tick, check_invariants=label == "gpulab default"),
             )
             wall = time.perf_counter() - started
             m = summarize(result)
@@ -225,19 +186,25 @@ def _verdicts(rows: list[dict[str, object]]) -> list[str]:
     lines = []
     by_key = {(r["restore_cost"], r["configuration"]): r for r in rows}
     restores = sorted({r["restore_cost"] for r in rows})  # type: ignore[type-var]
-    for restore, label in [(r, c) for r in restores for c in ("gpulab default", CANDIDATE)]:
+    for restore, label in [(r, "gpulab default") for r in restores]:
         ours = by_key.get((restore, label))
         srsf = by_key.get((restore, "srsf (oracle)"))
         las = by_key.get((restore, "2d-las (tiresias)"))
         knob = by_key.get((restore, "2d-las+knob8"))
+        blind = by_key.get((restore, "fine-las (free)"))
         if not (ours and srsf and las and knob):
             continue
         wait = ours["avg_wait"] / srsf["avg_wait"]  # type: ignore[operator]
+        blind_text = (
+            f" ({ours['avg_wait'] / blind['avg_wait']:.2f}x size-blind fine LAS's)"  # type: ignore[operator]
+            if blind
+            else ""
+        )
         pre = ours["preemptions"] / max(las["preemptions"], 1)  # type: ignore[operator]
         big_ours, big_knob = ours["avg_jct_16gpu"], knob["avg_jct_16gpu"]
         big = "n/a" if big_ours is None or big_knob is None else f"{big_ours / big_knob:.2f}x"
         lines.append(
-            f"restore {restore:g}: {label} wait = {wait:.2f}x SRSF's (bar: close to 1); "
+            f"restore {restore:g}: {label} wait = {wait:.2f}x SRSF's{blind_text} (bar: close); "
             f"preemptions = {pre:.2f}x plain 2D-LAS's (bar: <= 0.5); "
             f"16-GPU JCT = {big} 2D-LAS+knob's (bar: <= 1)"
         )

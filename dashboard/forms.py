@@ -107,6 +107,10 @@ class SchedulerSettingsForm(forms.ModelForm):
         labels = {
             "promote_knob": "Promotion knob",
             "min_runtime_seconds": "Minimum runtime (seconds)",
+            "preempt_patience_seconds": "Preemption patience (seconds)",
+            "preempt_margin": "Preemption margin (queues)",
+            "max_victims": "Victims per waiting job",
+            "starvation_seconds": "Starvation guard (seconds)",
             "restore_cost_seconds": "Restore cost (seconds)",
             "allox_alpha": "AlloX alpha",
             "allox_window": "AlloX window",
@@ -118,6 +122,16 @@ class SchedulerSettingsForm(forms.ModelForm):
             "(fair share applies within each queue); fifo serves in arrival order.",
             "placement": "How a started job's GPUs are chosen.",
             "min_runtime_seconds": "A started job is not preempted before it has run this long.",
+            "preempt_patience_seconds": "A pending job may preempt others only after waiting "
+            "this long since it was last queued; most waits end sooner when a job finishes. "
+            "0 = preempt at once.",
+            "preempt_margin": "A pending job may preempt only jobs at least this many queues "
+            "below its own; 1 = any lower queue (Tiresias).",
+            "max_victims": "Running jobs one waiting job may preempt in a round; 0 = no "
+            "limit. A starving job is exempt.",
+            "starvation_seconds": "A job pending this long is starving: it preempts without "
+            "the margin or the victim limit, and while it waits for GPUs no job of a lower "
+            "queue starts ahead of it. 0 = off.",
             "restore_cost_seconds": "Seconds of work a preempted job loses each time it "
             "resumes from its checkpoint (used for estimates and by the simulator).",
             "allox_window": "Pending jobs considered per AlloX matching.",

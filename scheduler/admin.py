@@ -30,6 +30,17 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        (
+            "Churn control",
+            {
+                "fields": [
+                    "preempt_patience_seconds",
+                    "preempt_margin",
+                    "max_victims",
+                    "starvation_seconds",
+                ]
+            },
+        ),
         ("Fairness and AlloX", {"fields": ["fairness", "allox_alpha", "allox_window"]}),
         ("Loop", {"fields": ["round_interval_seconds", "preemption_grace_seconds"]}),
     ]

@@ -7,13 +7,14 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from scheduler.core.types import PlacementKind
+from scheduler.core.types import DEFAULT_QUEUE_THRESHOLDS, PlacementKind
 
 from .choices import LIVE_POLICIES, RoundOutcome, RoundTrigger
 
 
 def _default_thresholds() -> list[float]:
-    return [3600.0]
+    # A fresh list per row: a shared mutable default would leak edits between instances.
+    return list(DEFAULT_QUEUE_THRESHOLDS)
 
 
 class SchedulerConfig(models.Model):
@@ -32,7 +33,7 @@ class SchedulerConfig(models.Model):
         help_text="Ascending GPU-second thresholds between Tiresias queues, e.g. [3600].",
     )
     promote_knob = models.FloatField(
-        null=True, blank=True, default=8.0, help_text="Starvation promotion; empty = off."
+        null=True, blank=True, default=4.0, help_text="Starvation promotion; empty = off."
     )
     # Validators name the field in the admin; the check constraints below guard the table.
     fairness = models.FloatField(
@@ -41,6 +42,32 @@ class SchedulerConfig(models.Model):
         help_text="0 = arrival order, 1 = share first.",
     )
     min_runtime_seconds = models.FloatField(default=300.0, validators=[MinValueValidator(0.0)])
+    # Churn control: fine queues make Tiresias preempt often. Patience, margin and the victim
+    # limit damp it; the starvation guard bounds how long that can keep a job waiting.
+    preempt_patience_seconds = models.FloatField(
+        default=600.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="A waiting job may preempt only after waiting this long; 0 = at once.",
+    )
+    preempt_margin = models.PositiveIntegerField(
+        default=3,
+        validators=[MinValueValidator(1)],
+        help_text="Queues a victim must be below the waiting job; 1 = any lower queue.",
+    )
+    max_victims = models.PositiveIntegerField(
+        default=1,
+        help_text=(
+            "Running jobs one waiting job may preempt; 0 = no limit. A starving job is exempt."
+        ),
+    )
+    starvation_seconds = models.FloatField(
+        default=3600.0,
+        validators=[MinValueValidator(0.0)],
+        help_text=(
+            "A job pending this long is starving: no margin, no victim limit, GPUs kept "
+            "for it; 0 = off."
+        ),
+    )
     restore_cost_seconds = models.FloatField(default=30.0, validators=[MinValueValidator(0.0)])
     allox_alpha = models.FloatField(
         default=0.5,
@@ -73,6 +100,13 @@ class SchedulerConfig(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(round_interval_seconds__gte=1), name="schedulerconfig_interval_min"
+            ),
+            models.CheckConstraint(
+                condition=Q(preempt_patience_seconds__gte=0) & Q(starvation_seconds__gte=0),
+                name="schedulerconfig_churn_durations_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=Q(preempt_margin__gte=1), name="schedulerconfig_preempt_margin_min"
             ),
         ]
 

@@ -116,8 +116,16 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         waiting = row["waiting_since_promotion"]
         device_ids: tuple[int, ...] = ()
         started_at = None
+        pending_since = None
         if state == JobState.PENDING:
             phase = JobPhase.PENDING
+            # A pending row should always have pending_since; fall back to submission so
+            # patience and the starvation guard still have a clock for an odd row.
+            pending_since = (
+                row["pending_since"].timestamp()
+                if row["pending_since"] is not None
+                else row["submitted_at"].timestamp()
+            )
             # Waiting counts only after the job has run (scheduler.core.accounting).
             if row["pending_since"] is not None and executed > 0:
                 waiting += max(now_s - row["pending_since"].timestamp(), 0.0)
@@ -154,6 +162,7 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                 queue_entered_at=_epoch(row["queue_entered_at"]) or row["submitted_at"].timestamp(),
                 started_at=started_at,
                 model=row["image"],
+                pending_since=pending_since,
             )
         )
 

@@ -27,6 +27,7 @@ REASON_WORDS = {
     "TypeUnavailable": "No schedulable GPU of an accepted type",
     "Behind": "Waiting behind higher-priority jobs",
     "NodeDrained": "The nodes it needs are drained",
+    "Reserved": "Free GPUs are kept for a job that has waited long",
 }
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.
 WAIT_BINS: list[tuple[str, timedelta | None]] = [

@@ -113,9 +113,12 @@ def apply_queue_change(job: Job, change: QueueChange, now: float) -> Job:
 
 def mark_started(job: Job, device_ids: tuple[int, ...], now: float) -> Job:
     """`job` once it holds `device_ids`: RUNNING since `now` (the minimum-runtime clock)."""
-    return replace(job, phase=JobPhase.RUNNING, devices=device_ids, started_at=now)
+    return replace(
+        job, phase=JobPhase.RUNNING, devices=device_ids, started_at=now, pending_since=None
+    )
 
 
-def mark_preempted(job: Job) -> Job:
-    """`job` back in the queue after a preemption: PENDING, no devices, no run clock."""
-    return replace(job, phase=JobPhase.PENDING, devices=(), started_at=None)
+def mark_preempted(job: Job, now: float) -> Job:
+    """`job` back in the queue after a preemption at `now`: PENDING, no devices, no run
+    clock, and a new pending spell (the patience and starvation clocks start again)."""
+    return replace(job, phase=JobPhase.PENDING, devices=(), started_at=None, pending_since=now)

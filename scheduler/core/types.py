@@ -110,10 +110,17 @@ class Job:
     # Perfect knowledge, set by the simulator only (SRTF/SRSF reference policies).
     # Total work in normalized GPU-seconds; remaining = total_work - attained_service.
     total_work: float | None = None
+    # When the current pending spell began (submission, or the last preemption or requeue);
+    # None while running. The clock of preemption patience and of the starvation guard.
+    pending_since: float | None = None
 
     @property
     def is_running(self) -> bool:
         return self.phase is JobPhase.RUNNING
+
+
+# 100 x 2^i GPU-seconds, i = 0..16: 100 GPU-s .. 6.55 M GPU-s (76 GPU-days).
+DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = tuple(100.0 * 2**i for i in range(17))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +129,28 @@ class SchedulerSettings:
 
     policy: str = "las"
     placement: PlacementKind = PlacementKind.ALLOX
-    queue_thresholds: tuple[float, ...] = (3600.0,)  # GPU-seconds; K = len + 1 queues
-    promote_knob: float | None = 8.0  # None or 0 = starvation promotion off
+    # GPU-seconds; K = len + 1 queues. gpulab's default is 17 doubling thresholds from 100
+    # GPU-s (close to continuous LAS, which wins on heavy-tailed job sizes) rather than
+    # Tiresias' 2 queues: the churn that fine queues cause under Tiresias' rules is what
+    # `preempt_patience`, `preempt_margin` and `max_victims` take away (bench/README.md).
+    queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
+    promote_knob: float | None = 4.0  # None or 0 = starvation promotion off
     fairness: float = 1.0  # 0 = arrival order only, 1 = fair share strictly first
     min_runtime: float = 300.0  # seconds a job runs before it may be preempted
+    # Churn control (gpulab, beyond Tiresias). A waiting job may preempt only once it has
+    # waited `preempt_patience` seconds in this pending spell (most waits on a busy cluster
+    # end by a completion within minutes), only jobs at least `preempt_margin` queues below
+    # its own (1 = Tiresias: any lower queue), and at most `max_victims` jobs per round
+    # (0 = no limit). A starving job is exempt from the victim limit.
+    preempt_patience: float = 600.0
+    preempt_margin: int = 3
+    max_victims: int = 1
+    # Starvation guard: a job pending `starvation_seconds` in one spell (or promoted by the
+    # knob and not yet restarted) preempts the widest victims first, with no victim limit,
+    # and while it cannot start no job of a lower queue starts behind it (a reservation:
+    # otherwise small jobs keep refilling the devices a 16-GPU job is waiting for).
+    # 0 = off.
+    starvation_seconds: float = 3600.0
     restore_cost: float = 30.0  # seconds of service lost per resume (simulator; estimates)
     allox_alpha: float = 0.5
     allox_window: int = 50
@@ -182,6 +207,8 @@ class ReasonCode(StrEnum):
     TYPE_UNAVAILABLE = "TypeUnavailable"
     BEHIND = "Behind"  # higher-priority jobs are ahead of it
     NODE_DRAINED = "NodeDrained"
+    # Free devices are kept for a starving job of a higher queue (the starvation guard).
+    RESERVED = "Reserved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,3 +263,7 @@ class Decisions:
     queue_changes: tuple[QueueChange, ...] = ()
     # Every active job id in the policy's priority order (the queue page shows this).
     order: tuple[int, ...] = ()
+    # The earliest moment at which this policy would decide differently even if no job
+    # arrives, ends or crosses a threshold (a patience or starvation clock running out);
+    # None = no such moment. The simulator wakes then; the live loop's timer covers it.
+    wake_at: float | None = None

@@ -151,8 +151,14 @@ def run_pass(
     levels: Mapping[int, int] | None = None,
     queue_changes: Sequence[QueueChange] = (),
     preempt_reason: PreemptReason = default_preempt_reason,
+    max_victims: int = 0,
+    starving: frozenset[int] = frozenset(),
 ) -> Decisions:
     """Decide starts, preemptions and holds for `ordered` (every active job, best first).
+
+    `max_victims` (0 = no limit) caps how many running jobs one pending job may preempt;
+    a job in `starving` is exempt and takes the widest victims first (the fewest jobs
+    displaced for the devices it needs).
 
     Steps:
     1. Build capacity: free devices per (type, node) on schedulable nodes, and for each
@@ -163,7 +169,8 @@ def run_pass(
        b. QuotaExceeded if a quota blocks every type it accepts;
        c. takes free capacity if it fits (best fit, recorded on counts);
        d. otherwise, if preemptive, claims running jobs of a strictly greater class, lowest
-          priority first, keeping only the ones it needs;
+          priority first (widest first when starving), keeping only the ones it needs, and
+          only if they are no more than `max_victims`;
        e. otherwise it is held: Behind when jobs ahead took capacity that existed at the
           start of the round, WaitingForResources when even that was not enough (including
           capacity locked by jobs inside their minimum runtime). Strict FIFO stops here:
@@ -245,6 +252,7 @@ def run_pass(
     # once nothing fits, each further job costs a few dict lookups.
     fail_free: dict[tuple[tuple[str, ...], Consolidation], int] = {}
     fail_pool: dict[tuple[tuple[str, ...], Consolidation, int], int] = {}
+    fail_capped: dict[tuple[tuple[str, ...], Consolidation, int], int] = {}  # too many victims
     never_fits: dict[tuple[int, tuple[str, ...], Consolidation], Reason | None] = {}
     fit_at_start: dict[tuple[int, tuple[str, ...], Consolidation, int], bool] = {}
     held_shape: dict[tuple[int, tuple[str, ...], Consolidation, int], Reason | None] = {}
@@ -280,8 +288,11 @@ def run_pass(
         consolidation = job.consolidation
         job_class = preemption_class[job_id] if preemption_class is not None else 0
         limited = has_limits and ledger.is_limited(job)
+        is_starving = job_id in starving
+        # A starving job may preempt where a same-shaped job may not: no shared memo.
+        memo = not limited and not is_starving
         shape = (num_gpus, accepted, consolidation, job_class)
-        if not limited and shape in held_shape:
+        if memo and shape in held_shape:
             # Same shape as a job already held since capacity last changed: same answer.
             reason = held_shape[shape]
             if reason is None:
@@ -328,9 +339,14 @@ def run_pass(
         # d. Reclaimable capacity from running jobs of a lower-priority class.
         if not fits and preemption_class is not None and buckets:
             pool_key = (allowed, consolidation, job_class)
-            if num_gpus < fail_pool.get(pool_key, _NO_FAILURE):
+            capped = not is_starving and num_gpus >= fail_capped.get(pool_key, _NO_FAILURE)
+            if num_gpus < fail_pool.get(pool_key, _NO_FAILURE) and not capped:
                 layers = [(free, free_totals)] + [b for c, b in buckets.items() if c > job_class]
-                if len(layers) > 1 and _fits_layers(num_gpus, allowed, consolidation, layers):
+                chosen: list[Job] = []
+                fits_pool = len(layers) > 1 and _fits_layers(
+                    num_gpus, allowed, consolidation, layers
+                )
+                if fits_pool:
                     chosen = _choose_victims(
                         job,
                         allowed,
@@ -342,7 +358,14 @@ def run_pass(
                         victim_counts,
                         claimed,
                         walked,
+                        widest_first=is_starving,
                     )
+                    if max_victims and not is_starving and len(chosen) > max_victims:
+                        # Displacing several jobs for one is what makes fine queues churn.
+                        fail_capped[pool_key] = min(
+                            num_gpus, fail_capped.get(pool_key, _NO_FAILURE)
+                        )
+                        chosen = []
                     for victim in chosen:
                         claimed[victim.id] = job
                         counts = victim_counts.pop(victim.id)
@@ -350,11 +373,13 @@ def run_pass(
                         _add_counts(bucket[0], bucket[1], counts, -1)
                         _add_counts(free, free_totals, counts, +1)
                         ledger.charge(victim, _type_totals(counts), -1)
-                    # Capacity grew: earlier failures may fit now.
-                    fail_free.clear()
-                    fail_pool.clear()
-                    held_shape.clear()
-                    fits = True
+                    if chosen:
+                        # Capacity grew: earlier failures may fit now.
+                        fail_free.clear()
+                        fail_pool.clear()
+                        fail_capped.clear()
+                        held_shape.clear()
+                        fits = True
                 else:
                     fail_pool[pool_key] = min(num_gpus, fail_pool.get(pool_key, _NO_FAILURE))
 
@@ -389,11 +414,11 @@ def run_pass(
                     ReasonCode.BEHIND, _behind_text(ahead_by_level, ahead, has_levels)
                 )
             reason = behind_reason
-            if not limited:
+            if memo:
                 held_shape[shape] = None  # Behind, with whatever `ahead` is then
         else:
             reason = Reason(ReasonCode.WAITING_FOR_RESOURCES, needs_text(job))
-            if not limited and not fit_at_start[start_key]:
+            if memo and not fit_at_start[start_key]:
                 held_shape[shape] = reason
         holds.append((index, job, reason))
         if head_of_line_blocking:
@@ -467,12 +492,15 @@ def _choose_victims(
     victim_counts: Mapping[int, FreeCounts],
     claimed: Mapping[int, Job],
     walked: set[int],
+    *,
+    widest_first: bool = False,
 ) -> list[Job]:
     """The running jobs `job` preempts: lowest priority first, then drop the unneeded.
 
     Steps:
     1. Add candidates (unclaimed, not yet walked, class > job_class) from the lowest
-       priority up until the job fits in free + their devices.
+       priority up until the job fits in free + their devices. With `widest_first` (a
+       starving job) the candidates go by GPUs held, most first, then lowest priority.
     2. Try removing each chosen victim, highest priority first; keep it out if the job
        still fits. The Tiresias reference preempts exactly the lowest-priority jobs; the
        second step avoids preempting a job whose devices sit on a node that cannot help
@@ -482,6 +510,9 @@ def _choose_victims(
     extra_totals: dict[str, int] = {}
     chosen: list[Job] = []
     layers = [(free, free_totals), (extra, extra_totals)]
+    if widest_first:
+        # sorted() is stable: equal widths keep the lowest-priority-first order.
+        victims_lowest_first = sorted(victims_lowest_first, key=lambda v: -v.num_gpus)
     for victim in victims_lowest_first:
         if victim.id in claimed or victim.id in walked or preemption_class[victim.id] <= job_class:
             continue

@@ -6,11 +6,20 @@ K queues by `queue_thresholds`; within a queue, fair share then FIFO by queue en
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from scheduler.core.accounting import queue_level_for
-from scheduler.core.types import Decisions, Job, QueueChange, Snapshot
+from scheduler.core.types import (
+    Decisions,
+    Hold,
+    Job,
+    Preempt,
+    QueueChange,
+    Reason,
+    ReasonCode,
+    Snapshot,
+)
 from scheduler.policies.allox import allox_rematch
 from scheduler.policies.base import run_pass
 from scheduler.policies.fairness import fair_share_order, normalized_usage
@@ -97,11 +106,162 @@ def tiresias_order(
     return ordered
 
 
-def las_reason(victim: Job, by: Job, levels: dict[int, int]) -> str:
+def las_reason(victim: Job, by: Job, levels: Mapping[int, int]) -> str:
     return (
         f"job {by.id} in queue {levels[by.id]} needs its devices; this job has attained more "
         f"service (queue {levels[victim.id]})"
     )
+
+
+# Preemption class of a pending job that may not preempt this round (patience not yet
+# served): larger than any queue index, so no running job's class is strictly greater.
+NO_PREEMPTION = 1 << 30
+
+
+def pending_for(job: Job, now: float) -> float:
+    """Seconds in the current pending spell (since submission when never preempted)."""
+    since = job.pending_since if job.pending_since is not None else job.submit_time
+    return max(now - since, 0.0)
+
+
+def starving_jobs(snapshot: Snapshot, queues: TiresiasQueues) -> frozenset[int]:
+    """Pending jobs the starvation guard protects this round.
+
+    A job is starving once it has waited `starvation_seconds` in one pending spell, or when
+    the knob promotes it (this round, or earlier and it has not run since: attained
+    service but no execution since the promotion). The knob alone cannot protect a wide
+    job that never ran (Tiresias only promotes jobs that have run), and a promoted job
+    only reaches the tail of queue 0, behind every new small job.
+    """
+    limit = snapshot.settings.starvation_seconds
+    if limit <= 0:
+        return frozenset()
+    now = snapshot.now
+    promoted = {change.job_id for change in queues.changes if change.promoted}
+    return frozenset(
+        job.id
+        for job in snapshot.jobs
+        if not job.is_running
+        and (
+            job.id in promoted
+            or pending_for(job, now) >= limit
+            or (job.attained_service > 0 and job.executed_since_promotion <= 0)
+        )
+    )
+
+
+def preemption_classes(
+    snapshot: Snapshot, levels: Mapping[int, int], starving: frozenset[int] = frozenset()
+) -> dict[int, int]:
+    """Who may preempt whom: a pending job preempts a running job of a strictly greater
+    class. Running jobs' class is their queue. A pending job's class is NO_PREEMPTION until
+    it has waited `preempt_patience` seconds in this pending spell; then its queue +
+    `preempt_margin` - 1 (margin 1 = Tiresias: any lower queue), or its queue when it is
+    starving (the margin keeps jobs of similar service from trading places; a starving
+    job has waited long enough to claim Tiresias' plain rule)."""
+    settings = snapshot.settings
+    margin = max(settings.preempt_margin, 1) - 1
+    patience = settings.preempt_patience
+    now = snapshot.now
+    classes: dict[int, int] = {}
+    for job in snapshot.jobs:
+        level = levels[job.id]
+        if job.is_running:
+            classes[job.id] = level
+        elif patience > 0 and pending_for(job, now) < patience:
+            classes[job.id] = NO_PREEMPTION
+        elif job.id in starving:
+            classes[job.id] = level  # exempt from the margin: Tiresias' own rule
+        else:
+            classes[job.id] = level + margin
+    return classes
+
+
+def reserve_for_starving(
+    snapshot: Snapshot,
+    decisions: Decisions,
+    levels: Mapping[int, int],
+    starving: frozenset[int],
+) -> Decisions:
+    """The starvation guard's reservation: while the first starving job in the order is
+    held for capacity, jobs of lower queues behind it do not start.
+
+    Without it the devices a wide starving job needs are refilled by small jobs as they
+    free up, and it waits for a moment when all of them are free at once (measured: 16-GPU
+    jobs starve for days on a contended trace). Jobs in its own or higher queues still
+    start: they are entitled to go first. A preemption made only for a start dropped here
+    is dropped too (the victim keeps running).
+    """
+    if not starving:
+        return decisions
+    started = {start.job_id for start in decisions.starts}
+    capacity_codes = (ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES)
+    held_for_capacity = {h.job_id for h in decisions.holds if h.reason.code in capacity_codes}
+    blocked = next(
+        (
+            job_id
+            for job_id in decisions.order
+            if job_id in starving and job_id not in started and job_id in held_for_capacity
+        ),
+        None,
+    )
+    if blocked is None:
+        return decisions
+    position = {job_id: index for index, job_id in enumerate(decisions.order)}
+    floor = levels[blocked] + 1
+    cut = {
+        start.job_id
+        for start in decisions.starts
+        if position[start.job_id] > position[blocked] and levels[start.job_id] >= floor
+    }
+    if not cut:
+        return decisions
+    starts = tuple(start for start in decisions.starts if start.job_id not in cut)
+    # Keep a preemption only if a remaining start uses its devices, credited to the first
+    # such start in the order.
+    user_of_device: dict[int, int] = {}
+    for start in sorted(starts, key=lambda start: position[start.job_id]):
+        for device_id in start.device_ids:
+            user_of_device.setdefault(device_id, start.job_id)
+    jobs = snapshot.job_by_id
+    preemptions: list[Preempt] = []
+    for preempt in decisions.preemptions:
+        if preempt.by_job_id is None or preempt.by_job_id not in cut:
+            preemptions.append(preempt)
+            continue
+        users = [user_of_device[d] for d in jobs[preempt.job_id].devices if d in user_of_device]
+        if users:
+            by = min(users, key=position.__getitem__)
+            preemptions.append(replace(preempt, by_job_id=by))
+    waited_hours = pending_for(jobs[blocked], snapshot.now) / 3600.0
+    reserved = Reason(
+        ReasonCode.RESERVED,
+        f"devices are kept for job {blocked}, which has waited {waited_hours:.1f} h",
+    )
+    reasons = {hold.job_id: hold.reason for hold in decisions.holds}
+    reasons.update(dict.fromkeys(cut, reserved))
+    held = sorted(reasons, key=position.__getitem__)
+    holds = tuple(Hold(job_id, reasons[job_id], place) for place, job_id in enumerate(held, 1))
+    return replace(decisions, starts=starts, preemptions=tuple(preemptions), holds=holds)
+
+
+def next_clock(snapshot: Snapshot, decisions: Decisions) -> float | None:
+    """When a held job's patience or starvation clock runs out (Decisions.wake_at)."""
+    settings = snapshot.settings
+    clocks = [c for c in (settings.preempt_patience, settings.starvation_seconds) if c > 0]
+    if not clocks:
+        return None
+    now = snapshot.now
+    jobs = snapshot.job_by_id
+    due: float | None = None
+    for hold in decisions.holds:
+        job = jobs[hold.job_id]
+        since = job.pending_since if job.pending_since is not None else job.submit_time
+        for clock in clocks:
+            at = since + clock
+            if at > now and (due is None or at < due):
+                due = at
+    return due
 
 
 def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisions:
@@ -110,26 +270,41 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     Steps:
     1. Queue levels after demotion and promotion (`tiresias_queues`).
     2. Priority order (`tiresias_order`).
-    3. The pass with preemption class = queue level: a job only preempts jobs in
-       lower-priority queues ("jobs in the same queue do not preempt each other").
+    3. The pass. Tiresias lets a job preempt any job of a lower queue at once; gpulab adds
+       churn control (`preemption_classes`: patience and a queue margin; `max_victims`)
+       and the starvation guard (`starving_jobs`: no victim limit, widest victims first).
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
        who gets the free devices, and moves running jobs to faster free devices.
+    5. The starvation guard's reservation (`reserve_for_starving`).
+    6. `wake_at`: when a held job's patience or starvation clock runs out.
     """
     queues = tiresias_queues(snapshot)
     ordered = tiresias_order(snapshot, queues, within_queue)
     levels = queues.levels
-    # Preemption class = queue: Tiresias preempts only across queues, which bounds churn to
-    # jobs that crossed a threshold (algorithms.md section 1).
+    starving = starving_jobs(snapshot, queues)
+    now = snapshot.now
+
+    def reason(victim: Job, by: Job) -> str:
+        if by.id in starving:
+            return (
+                f"job {by.id} has waited {pending_for(by, now) / 3600.0:.1f} h and needs its "
+                "devices (starvation guard)"
+            )
+        return las_reason(victim, by, levels)
+
     decisions = run_pass(
         snapshot,
         ordered,
-        preemption_class=levels,
+        preemption_class=preemption_classes(snapshot, levels, starving),
         levels=levels,
         queue_changes=queues.changes,
-        preempt_reason=lambda victim, by: las_reason(victim, by, levels),
+        preempt_reason=reason,
+        max_victims=snapshot.settings.max_victims,
+        starving=starving,
     )
-    # 4. AlloX placement: the window step and moves (allox.allox_rematch; no-op otherwise).
-    return allox_rematch(snapshot, decisions)
+    decisions = allox_rematch(snapshot, decisions)
+    decisions = reserve_for_starving(snapshot, decisions, levels, starving)
+    return replace(decisions, wake_at=next_clock(snapshot, decisions))
 
 
 def decide_las(snapshot: Snapshot) -> Decisions:

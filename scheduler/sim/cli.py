@@ -54,6 +54,11 @@ REFERENCE = {
     "fairness": 0.0,
     "tick": 0.0,
     "placement": PlacementKind.GPU_COUNT,
+    # Tiresias preempts at once, any lower queue, any number of victims, no guard.
+    "patience": 0.0,
+    "margin": 1,
+    "max_victims": 0,
+    "starvation": 0.0,
 }
 
 
@@ -107,11 +112,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sched.add_argument(
         "--queues",
         help="queue thresholds in GPU·s, comma-separated, e.g. 3600 or 3250,7200 "
-        "[3600; reference 3250,7200]",
+        "[100·2^i, i = 0..16; reference 3250,7200]",
     )
     sched.add_argument(
         "--knob",
-        help="starvation promotion knob (PROMOTEKNOB): a float, or 'off' [8; reference off]",
+        help="starvation promotion knob (PROMOTEKNOB): a float, or 'off' [4; reference off]",
+    )
+    sched.add_argument(
+        "--patience",
+        type=float,
+        help="seconds a waiting job waits before it may preempt [600; reference 0]",
+    )
+    sched.add_argument(
+        "--margin",
+        type=int,
+        help="a job preempts only jobs at least this many queues below it [3; reference 1]",
+    )
+    sched.add_argument(
+        "--max-victims",
+        type=int,
+        help="running jobs one waiting job may preempt, 0 = any [1; reference 0]",
+    )
+    sched.add_argument(
+        "--starvation",
+        type=float,
+        help="seconds pending before the starvation guard protects a job, 0 = off "
+        "[3600; reference 0]",
     )
     sched.add_argument(
         "--min-runtime",
@@ -260,8 +286,16 @@ def resolve(options: argparse.Namespace) -> Experiment:
     min_runtime = float(pick(options.min_runtime, REFERENCE["min_runtime"], base.min_runtime))
     fairness = float(pick(options.fairness, REFERENCE["fairness"], base.fairness))
     tick = float(pick(options.tick, REFERENCE["tick"], 10.0))
+    patience = float(pick(options.patience, REFERENCE["patience"], base.preempt_patience))
+    margin = int(pick(options.margin, REFERENCE["margin"], base.preempt_margin))
+    max_victims = int(pick(options.max_victims, REFERENCE["max_victims"], base.max_victims))
+    starvation = float(pick(options.starvation, REFERENCE["starvation"], base.starvation_seconds))
     if restore_cost < 0 or min_runtime < 0 or tick < 0:
         raise UsageError("--restore-cost, --min-runtime and --tick must be >= 0")
+    if patience < 0 or starvation < 0 or max_victims < 0:
+        raise UsageError("--patience, --starvation and --max-victims must be >= 0")
+    if margin < 1:
+        raise UsageError("--margin must be >= 1")
     if not 0.0 <= fairness <= 1.0:
         raise UsageError("--fairness must be in [0, 1]")
     if options.placement:
@@ -282,6 +316,10 @@ def resolve(options: argparse.Namespace) -> Experiment:
             fairness=fairness,
             min_runtime=min_runtime,
             restore_cost=restore_cost,
+            preempt_patience=patience,
+            preempt_margin=margin,
+            max_victims=max_victims,
+            starvation_seconds=starvation,
         )
         label = name if placement is None else f"{name}@{chosen.value}"
         if any(existing == label for existing, _ in runs):
@@ -305,6 +343,10 @@ def resolve(options: argparse.Namespace) -> Experiment:
         "min_runtime": min_runtime,
         "fairness": fairness,
         "tick": tick,
+        "preempt_patience": patience,
+        "preempt_margin": margin,
+        "max_victims": max_victims,
+        "starvation_seconds": starvation,
     }
     return Experiment(trace, cluster, runs, config, description)
 

@@ -169,7 +169,7 @@ _JOB_FIELDS = (
     "id", "user", "group", "num_gpus", "submit_time", "phase", "accepted_types",
     "consolidation", "devices", "attained_service", "service_since_promotion",
     "executed_since_promotion", "waiting_since_promotion", "queue_level", "queue_entered_at",
-    "started_at", "model", "throughputs", "preemptible", "total_work",
+    "started_at", "model", "throughputs", "preemptible", "total_work", "pending_since",
 )  # fmt: skip
 _FAST_PATH = tuple(f.name for f in fields(Job)) == _JOB_FIELDS
 
@@ -201,7 +201,7 @@ def advance_job(job: Job, dt: float, speed_sum: float, total_work: float | None)
             job.attained_service + service, job.service_since_promotion + service,
             job.executed_since_promotion + dt, job.waiting_since_promotion,
             job.queue_level, job.queue_entered_at, job.started_at, job.model,
-            job.throughputs, job.preemptible, total_work,
+            job.throughputs, job.preemptible, total_work, job.pending_since,
         )  # fmt: skip
     # accounting.advance_pending: the wait counts only once the job has run since its
     # last promotion (the reference's `last_pending_time`); otherwise nothing changes and
@@ -217,6 +217,7 @@ def advance_job(job: Job, dt: float, speed_sum: float, total_work: float | None)
         job.service_since_promotion, job.executed_since_promotion,
         waiting, job.queue_level, job.queue_entered_at,
         job.started_at, job.model, job.throughputs, job.preemptible, total_work,
+        job.pending_since,
     )  # fmt: skip
 
 
@@ -480,6 +481,7 @@ class Simulation:
                     model=trace.model,
                     throughputs=trace.throughputs,
                     total_work=trace.duration * trace.num_gpus,
+                    pending_since=now,
                 )
                 active[trace.id] = _Active(trace, job, record, now)
 
@@ -549,6 +551,9 @@ class Simulation:
                     if executed > 0:
                         due = now + max(knob * executed - job.waiting_since_promotion, 0.0)
                         wakeup = min(wakeup, due)
+            # The policy's own clocks (preemption patience, starvation guard).
+            if decisions.wake_at is not None and decisions.wake_at > now + _EPS:
+                wakeup = min(wakeup, decisions.wake_at)
             wakeup_exact = wakeup
             if not math.isinf(wakeup):
                 wakeup = round_up(wakeup)
@@ -599,7 +604,7 @@ class Simulation:
                 raise SimulationError(f"t={now}: preempt of job {preempt.job_id}, not running")
             delta -= len(state.job.devices)
             held.difference_update(state.job.devices)
-            state.job = accounting.mark_preempted(state.job)
+            state.job = accounting.mark_preempted(state.job, now)
             state.record.preemptions += 1
             state.rate = state.speed = 0.0
             state.epoch += 1

@@ -88,7 +88,8 @@ def test_queue_samples_count_pending_jobs_and_gpus_per_level_including_empty_lev
     aggregates_update(now=T0)
 
     samples = {s.level: (s.pending_jobs, s.pending_gpus) for s in QueueSample.objects.all()}
-    assert samples == {0: (2, 6), 1: (0, 0)}  # default config: one threshold, two levels
+    # Default config: 17 thresholds, 18 levels; every empty level gets its zero sample.
+    assert samples == {0: (2, 6)} | {level: (0, 0) for level in range(1, 18)}
 
 
 @pytest.mark.django_db

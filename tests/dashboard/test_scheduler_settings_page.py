@@ -13,14 +13,19 @@ from scheduler.settings_services import scheduler_config_update
 from tests.dashboard.helpers import logged_in
 
 URL = "/manage/scheduler/"
+DEFAULT_THRESHOLDS = [100.0 * 2**i for i in range(17)]  # 100, 200, ..., 6,553,600 GPU-s
 # The defaults, as the form posts them.
 DEFAULTS = {
     "policy": "las",
     "placement": "allox",
-    "queue_thresholds": "3600",
-    "promote_knob": "8",
+    "queue_thresholds": ", ".join(str(int(value)) for value in DEFAULT_THRESHOLDS),
+    "promote_knob": "4",
     "fairness": "1",
     "min_runtime_seconds": "300",
+    "preempt_patience_seconds": "600",
+    "preempt_margin": "3",
+    "max_victims": "1",
+    "starvation_seconds": "3600",
     "restore_cost_seconds": "30",
     "allox_alpha": "0.5",
     "allox_window": "50",
@@ -53,10 +58,13 @@ def test_the_page_shows_current_values_and_the_models_explanations(lab_admin):
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert 'value="3600"' in html  # thresholds as comma-separated numbers
+    assert 'value="100, 200, 400,' in html  # thresholds as comma-separated numbers
     assert "0 = arrival order, 1 = share first." in html  # fairness help_text
     assert "SIGTERM, then this long to checkpoint, then kill." in html
-    assert "Current: <b>8.0</b>" in html  # promote_knob
+    assert "Current: <b>4.0</b>" in html  # promote_knob
+    assert "Preemption patience (seconds)" in html
+    assert "1 = any lower queue (Tiresias)." in html  # preempt_margin help text
+    assert "0 = no limit." in html  # max_victims
     for name in DEFAULTS:
         assert f'name="{name}"' in html
 
@@ -83,8 +91,8 @@ def test_saving_changes_reaches_the_next_config_read_and_is_audited(lab_admin):
     entries = {e.field: (e.old_value, e.new_value) for e in AuditEntry.objects.all()}
     assert entries == {
         "policy": ("las", "gittins"),
-        "queue_thresholds": ("[3600.0]", "[3600.0, 36000.0]"),
-        "promote_knob": ("8.0", ""),
+        "queue_thresholds": (str(DEFAULT_THRESHOLDS), "[3600.0, 36000.0]"),
+        "promote_knob": ("4.0", ""),
         "fairness": ("1.0", "0.5"),
     }
     assert set(AuditEntry.objects.values_list("target_kind", "actor_username")) == {
@@ -120,6 +128,10 @@ def test_posting_the_current_values_writes_nothing(lab_admin):
         ({"policy": "srtf"}, "policy"),  # simulator-only
         ({"placement": "random"}, "placement"),
         ({"preemption_grace_seconds": "-3"}, "preemption_grace_seconds"),
+        ({"preempt_patience_seconds": "-1"}, "preempt_patience_seconds"),
+        ({"preempt_margin": "0"}, "preempt_margin"),
+        ({"max_victims": "-1"}, "max_victims"),
+        ({"starvation_seconds": "-60"}, "starvation_seconds"),
     ],
 )
 def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, field):
@@ -129,7 +141,7 @@ def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, 
     assert field in response.context["form"].errors
     assert f"{field}:" in response.content.decode()
     config = scheduler_config_get()
-    assert config.policy == "las" and config.queue_thresholds == [3600]
+    assert config.policy == "las" and config.queue_thresholds == DEFAULT_THRESHOLDS
     assert not AuditEntry.objects.exists()
 
 
@@ -141,6 +153,9 @@ def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, 
         ({"queue_thresholds": "3600"}, "queue_thresholds"),
         ({"fairness": 2}, "fairness"),
         ({"fairness": "abc"}, "fairness"),
+        ({"preempt_margin": 0}, "preempt_margin"),
+        ({"preempt_patience_seconds": -1.0}, "preempt_patience_seconds"),
+        ({"starvation_seconds": -60.0}, "starvation_seconds"),
         ({"updated_at": None}, "updated_at"),
         ({"nonsense": 1}, "nonsense"),
     ],
@@ -162,3 +177,31 @@ def test_the_service_converts_text_and_logs_only_real_changes(lab_admin):
 
     assert [(e.field, e.old_value, e.new_value) for e in entries] == [("allox_window", "50", "60")]
     assert scheduler_config_get().allox_window == 60
+
+
+@pytest.mark.django_db
+def test_changing_the_churn_control_knobs_audits_each_one(lab_admin):
+    entries = scheduler_config_update(
+        actor=lab_admin,
+        changes={
+            "preempt_patience_seconds": 0.0,
+            "preempt_margin": 1,
+            "max_victims": 0,
+            "starvation_seconds": 7200.0,
+        },
+    )
+
+    assert sorted((e.field, e.old_value, e.new_value) for e in entries) == [
+        ("max_victims", "1", "0"),
+        ("preempt_margin", "3", "1"),
+        ("preempt_patience_seconds", "600.0", "0.0"),
+        ("starvation_seconds", "3600.0", "7200.0"),
+    ]
+    assert AuditEntry.objects.count() == 4
+    config = scheduler_config_get()
+    assert (
+        config.preempt_patience_seconds,
+        config.preempt_margin,
+        config.max_victims,
+        config.starvation_seconds,
+    ) == (0.0, 1, 0, 7200.0)

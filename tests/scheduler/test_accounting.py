@@ -140,7 +140,9 @@ def test_speed_sum_adds_the_speeds_of_the_devices_a_job_holds() -> None:
 
 
 def test_start_and_preemption_set_phase_devices_and_run_clock() -> None:
-    job = mark_started(pending(1, 2), (3, 4), now=50.0)
+    job = mark_started(pending(1, 2, pending_since=10.0), (3, 4), now=50.0)
     assert (job.phase, job.devices, job.started_at) == (JobPhase.RUNNING, (3, 4), 50.0)
-    back = mark_preempted(job)
+    assert job.pending_since is None  # not pending while it runs
+    back = mark_preempted(job, 99.0)
     assert (back.phase, back.devices, back.started_at) == (JobPhase.PENDING, (), None)
+    assert back.pending_since == 99.0  # a new pending spell: patience and starvation restart

@@ -119,7 +119,14 @@ def test_a_higher_queue_job_preempts_through_worker_rounds_and_keeps_service(
     from tests.scheduler.livefixtures import age_job
 
     settings.GPULAB_SCHEDULER_MODE = "celery"
-    configure(placement="best-fit", round_interval_seconds=3600, queue_thresholds=[3600.0])
+    # Tiresias' preemption rules: the newcomer preempts at once, from one queue above.
+    configure(
+        placement="best-fit",
+        round_interval_seconds=3600,
+        queue_thresholds=[3600.0],
+        preempt_patience_seconds=0.0,
+        preempt_margin=1,
+    )
     simulated_cluster(nodes=1, gpus_per_node=4)
     veteran = api_as(owner).post("/api/v1/jobs/", SUBMIT, format="json").json()["id"]
     wait_for(lambda: Job.objects.get(pk=veteran).state == JobState.RUNNING, what="veteran running")

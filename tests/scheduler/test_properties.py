@@ -96,7 +96,17 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
             )
         else:
             gpus = draw(st.sampled_from([1, 2, 4, 8]))
-            jobs.append(Job(id=job_id, num_gpus=gpus, phase=JobPhase.PENDING, **common))
+            # None, just preempted, past the patience clock, past the starvation clock.
+            since = draw(st.sampled_from([None, now - 5.0, now - 700.0, now - 4000.0]))
+            jobs.append(
+                Job(
+                    id=job_id,
+                    num_gpus=gpus,
+                    phase=JobPhase.PENDING,
+                    pending_since=since,
+                    **common,
+                )
+            )
     quota = st.builds(
         Quota,
         max_gpus=st.sampled_from([None, 0, 2, 4]),
@@ -131,6 +141,11 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
             fairness=draw(st.sampled_from([0.0, 0.5, 1.0])),
             promote_knob=draw(st.sampled_from([None, 8.0])),
             min_runtime=300.0,
+            # Tiresias' rules (0, 1, 0, 0) and gpulab's guards, in any combination.
+            preempt_patience=draw(st.sampled_from([0.0, 600.0])),
+            preempt_margin=draw(st.sampled_from([1, 2, 3])),
+            max_victims=draw(st.sampled_from([0, 1])),
+            starvation_seconds=draw(st.sampled_from([0.0, 3600.0])),
         ),
         busy_device_ids=busy,
         finished_job_sizes=tuple(draw(st.lists(st.sampled_from([100.0, 5000.0]), max_size=60))),
@@ -211,6 +226,29 @@ def test_every_preemption_frees_devices_that_a_starting_job_uses(
         assert used & set(snap.job_by_id[preempt.job_id].devices)
 
 
+@pytest.mark.parametrize("policy", ["las", "gittins"])
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_devices_are_only_reserved_behind_a_starving_job_held_for_capacity(
+    policy: str, data: st.DataObject
+) -> None:
+    """The reservation is the one deliberate exception to work conservation (below): a job
+    held `Reserved` sits behind, and in a lower queue than, a starving job that is itself
+    held for capacity."""
+    snap = data.draw(snapshots(policy, PlacementKind.BEST_FIT))
+    decisions = decide(snap)
+    position = {job_id: index for index, job_id in enumerate(decisions.order)}
+    holds = {hold.job_id: hold for hold in decisions.holds}
+    limit = snap.settings.starvation_seconds
+    for hold in decisions.holds:
+        if hold.reason.code is not ReasonCode.RESERVED:
+            continue
+        blocker = int(hold.reason.detail.split("job ", 1)[1].split(",", 1)[0])
+        assert limit > 0
+        assert position[blocker] < position[hold.job_id]
+        assert holds[blocker].reason.code in (ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES)
+
+
 @pytest.mark.parametrize("policy", ["fifo-backfill", "las", "gittins", "srtf", "srsf"])
 @PROPERTY_SETTINGS
 @given(data=st.data())
@@ -219,9 +257,9 @@ def test_a_job_held_for_resources_does_not_fit_in_what_the_round_leaves_free(
 ) -> None:
     """Backfill is work-conserving: nothing held for capacity fits in the leftovers.
 
-    Holds quotas out (a quota can narrow a job's types), and strict FIFO (it blocks on
-    purpose). This is the check on the pass's memoized fast path: a shortcut that held a
-    job which fits would show up here.
+    Holds quotas out (a quota can narrow a job's types), and strict FIFO and the starvation
+    guard's reservation (`Reserved` holds: they block on purpose). This is the check on the
+    pass's memoized fast path: a shortcut that held a job which fits would show up here.
     """
     snap = data.draw(snapshots(policy, PlacementKind.BEST_FIT))
     snap = replace(

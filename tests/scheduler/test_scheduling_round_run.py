@@ -7,6 +7,7 @@ import time
 
 import pytest
 from django.db import connection, connections
+from django.utils import timezone
 
 from agents.simulated import simulated_tick
 from jobs.choices import JobState
@@ -14,9 +15,12 @@ from jobs.models import Allocation, Job, JobEvent
 from jobs.services import JobSpec, job_cancel, job_submit
 from scheduler import services as round_services
 from scheduler.choices import RoundOutcome
+from scheduler.core.types import SchedulerSettings
 from scheduler.locks import ROUND_LOCK_KEY
 from scheduler.models import SchedulingRound
+from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.services import scheduling_round_run
+from scheduler.snapshot import snapshot_build
 from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
 
 
@@ -29,7 +33,15 @@ def submit(user, gpus: int, seconds: int = 600) -> Job:
 
 @pytest.fixture
 def cluster(db):
-    configure(placement="best-fit", queue_thresholds=[3600.0], min_runtime_seconds=300.0)
+    # Tiresias' own preemption rules (no patience, any lower queue): these tests are about
+    # the round's plumbing, and churn control would hold back the preemptions they check.
+    configure(
+        placement="best-fit",
+        queue_thresholds=[3600.0],
+        min_runtime_seconds=300.0,
+        preempt_patience_seconds=0.0,
+        preempt_margin=1,
+    )
     return simulated_cluster(nodes=1, gpus_per_node=4)
 
 
@@ -161,6 +173,49 @@ def test_the_settings_an_admin_stores_are_used_by_the_next_round(owner, cluster)
     assert scheduling_round.settings["fairness"] == 0.5
 
 
+@pytest.mark.django_db
+def test_the_stored_defaults_are_the_policy_defaults():
+    assert scheduler_settings_from(scheduler_config_get()) == SchedulerSettings()
+
+
+@pytest.mark.django_db
+def test_the_churn_control_settings_reach_the_policy():
+    configure(
+        preempt_patience_seconds=120.0, preempt_margin=2, max_victims=0, starvation_seconds=0.0
+    )
+    settings = scheduler_settings_from(scheduler_config_get())
+    assert (
+        settings.preempt_patience,
+        settings.preempt_margin,
+        settings.max_victims,
+        settings.starvation_seconds,
+    ) == (120.0, 2, 0, 0.0)
+
+
+@pytest.mark.django_db
+def test_the_snapshot_gives_a_pending_job_the_start_of_its_wait_and_a_running_job_none(
+    owner, outsider, cluster
+):
+    running = submit(owner, 4)
+    scheduling_round_run()
+    simulated_tick(grace_seconds=0)
+    pending = submit(outsider, 4)
+    age_job(pending.pk, seconds=900)
+    stale = submit(outsider, 1)
+    # A pending row without the column set falls back to its submission time.
+    Job.objects.filter(pk=stale.pk).update(pending_since=None)
+
+    snapshot, _ = snapshot_build(now=timezone.now(), settings=SchedulerSettings())
+
+    pending.refresh_from_db()
+    stale.refresh_from_db()
+    views = snapshot.job_by_id
+    assert views[running.pk].pending_since is None
+    assert views[pending.pk].pending_since == pytest.approx(pending.pending_since.timestamp())
+    assert views[pending.pk].pending_since == pytest.approx(time.time() - 900, abs=5)
+    assert views[stale.pk].pending_since == pytest.approx(stale.submitted_at.timestamp())
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -172,6 +227,10 @@ def test_the_settings_an_admin_stores_are_used_by_the_next_round(owner, cluster)
         ("placement", "magic"),
         ("promote_knob", -1.0),
         ("allox_alpha", 0.0),
+        ("preempt_margin", 0),
+        ("preempt_patience_seconds", -1.0),
+        ("starvation_seconds", -1.0),
+        ("max_victims", -1),
     ],
 )
 @pytest.mark.django_db
@@ -240,19 +299,19 @@ def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refu
     client.force_login(lab_admin)
     form = {
         "policy": "gittins", "placement": "best-fit", "queue_thresholds": "[1800, 7200]",
-        "promote_knob": "4", "min_runtime_seconds": "60", "restore_cost_seconds": "30",
+        "promote_knob": "6", "min_runtime_seconds": "60", "restore_cost_seconds": "30",
         "fairness": "0.5", "allox_alpha": "0.5", "allox_window": "50",
         "round_interval_seconds": "5", "preemption_grace_seconds": "10",
+        "preempt_patience_seconds": "600", "preempt_margin": "3", "max_victims": "1",
+        "starvation_seconds": "3600",
     }  # fmt: skip
     response = client.post("/admin/scheduler/schedulerconfig/1/change/", form)
     assert response.status_code == 302
-    from scheduler.selectors import scheduler_config_get, scheduler_settings_from
-
     settings = scheduler_settings_from(scheduler_config_get())
     assert (settings.policy, settings.queue_thresholds, settings.promote_knob) == (
         "gittins",
         (1800.0, 7200.0),
-        4.0,
+        6.0,
     )
     bad = client.post(
         "/admin/scheduler/schedulerconfig/1/change/", {**form, "queue_thresholds": "[7200, 1800]"}

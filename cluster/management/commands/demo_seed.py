@@ -46,12 +46,16 @@ DEMO_PASSWORD = "gpulab-demo"
 # The public Tiresias 60-job trace (Apache-2.0), copied into the repo; durations in seconds.
 DEMO_TRACE = Path(__file__).resolve().parents[3] / "scheduler" / "data" / "tiresias_60_job.csv"
 DEMO_JOBS = 40
-# Small thresholds and grace so a newcomer sees demotion and preemption within minutes.
+# gpulab's defaults scaled down (queues from 60 GPU-s instead of 100, clocks in minutes
+# instead of tens of minutes) so a newcomer sees demotion, preemption and the starvation
+# guard within minutes.
 DEMO_SCHEDULER = {
-    "queue_thresholds": [600.0, 6000.0],
+    "queue_thresholds": [60.0 * 2**i for i in range(8)],
     "round_interval_seconds": 5.0,
     "preemption_grace_seconds": 5,
     "min_runtime_seconds": 60.0,
+    "preempt_patience_seconds": 60.0,
+    "starvation_seconds": 900.0,
 }
 
 

@@ -24,6 +24,10 @@ def reference_settings(policy: str, **overrides: object) -> SchedulerSettings:
         "fairness": 0.0,
         "min_runtime": 0.0,
         "restore_cost": 0.0,
+        "preempt_patience": 0.0,
+        "preempt_margin": 1,
+        "max_victims": 0,
+        "starvation_seconds": 0.0,
     }
     values.update(overrides)
     return SchedulerSettings(**values)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -275,3 +276,24 @@ def test_the_replay_stops_once_the_watched_jobs_have_finished() -> None:
     )
     assert jcts(result) == {0: 100, 1: 150, 2: None}
     assert result.stop_reason == "every watched job finished"
+
+
+@pytest.mark.parametrize(("patience", "short_jct"), [(600.0, 650.0), (0.0, 50.0)])
+def test_the_engine_wakes_when_a_held_jobs_patience_runs_out(
+    patience: float, short_jct: float
+) -> None:
+    # gpulab's default queues (100 x 2^i GPU-s). The long job L runs from 0 and is in queue 4
+    # (>= 800 GPU-s) when S arrives at 1100, 4 queues above it. S may preempt L once it has
+    # waited `patience`: at 1700, a moment no arrival, completion or threshold crossing
+    # marks (L crosses at 1600 and 3200), so only Decisions.wake_at can wake the engine.
+    trace = [job(0, 1, 0, 100_000), job(1, 1, 1100, 50)]
+    settings_ = replace(
+        SchedulerSettings(),
+        placement=PlacementKind.BEST_FIT,
+        restore_cost=0.0,
+        min_runtime=0.0,
+        preempt_patience=patience,
+    )
+    result = run(trace, settings_, homogeneous_cluster(1, 1))
+    assert jcts(result)[1] == short_jct
+    assert result.records[0].preemptions == 1
