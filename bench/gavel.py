@@ -14,6 +14,9 @@ Cells (each a full replay through `scheduler.sim.engine` with the live policy co
 - `las+allox-nomove`: the default without moves (`allox.MIGRATION = False`).
 - `las+allox-pass`: AlloX only as the pass's placer (`allox.WINDOW_STEP = False`, no moves):
   what the default was before the window step and moves were wired into `las`.
+- `las+allox-tiresias`: the default placement under Tiresias' own rules (2 queues at
+  3600 GPU-s, knob 8, no churn control, no starvation guard): the default before them.
+- `las+allox-noguard`: the default without the starvation guard.
 
 Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
@@ -36,14 +39,35 @@ import json
 import math
 import platform
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 
 from scheduler.core.types import PlacementKind
 from scheduler.sim.gavel import WINDOW, GavelRun, experiment_settings, run_cell
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gavel.json"
-CELLS = ("las-blind", "las+allox", "las+allox-nomove", "las+allox-pass")
+CELLS = (
+    "las-blind",
+    "las+allox",
+    "las+allox-nomove",
+    "las+allox-pass",
+    "las+allox-tiresias",
+    "las+allox-noguard",
+)
+# Ablations of the default's settings (the module switches are set in `run_one`).
+TIRESIAS_RULES: dict[str, object] = {
+    "queue_thresholds": (3600.0,),
+    "promote_knob": 8.0,
+    "preempt_patience": 0.0,
+    "preempt_margin": 1,
+    "max_victims": 0,
+    "starvation_seconds": 0.0,
+}
+CELL_OVERRIDES: dict[str, dict[str, object]] = {
+    # The default before churn control (issue 3's previous sessions): Tiresias' rules.
+    "las+allox-tiresias": TIRESIAS_RULES,
+    "las+allox-noguard": {"starvation_seconds": 0.0},
+}
 ANCHORS = {
     # Gavel paper (seed 0), 5.6 jobs/hour, hours: (average JCT, worst JCT), as quoted in issue 3.
     "Gavel LAS, heterogeneity-agnostic": (35.8, 96.0),
@@ -63,7 +87,7 @@ def run_one(
     allox.MIGRATION = cell not in ("las+allox-nomove", "las+allox-pass")
     return run_cell(
         cell if users == "per-job" else f"{cell}/{users}",
-        experiment_settings(placement),
+        experiment_settings(placement, **CELL_OVERRIDES.get(cell, {})),
         jobs_per_hour=rate,
         seed=seed,
         window=window,
@@ -92,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", default=str(RESULTS))
     parser.add_argument(
+        "--jsonl",
+        help="also append each run to this file as soon as it finishes (long runs)",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep runs of other (cell, rate) pairs already in the output file",
@@ -112,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             pool.submit(run_one, cell, rate, args.seed, (w0, w1), args.tail_hours, users)
             for cell, rate, users in jobs
         ]
+        for future in as_completed(futures):
+            if args.jsonl:
+                with open(args.jsonl, "a") as handle:
+                    handle.write(json.dumps(asdict(future.result()), default=str) + "\n")
         runs = [future.result() for future in futures]
     total = time.perf_counter() - started
 

@@ -30,6 +30,7 @@ import statistics
 import time
 from dataclasses import replace
 
+from scheduler.core.accounting import queue_level_for
 from scheduler.core.types import (
     Account,
     Device,
@@ -49,6 +50,10 @@ MODELS = {  # throughput relative to the reference, per type (Gavel-like spreads
     "recommendation": {"a100": 1.1, "v100": 1.0, "rtx3090": 1.2},
     "cyclegan": {"a100": 2.6, "v100": 1.0, "rtx3090": 0.5},
 }
+
+
+# Stored levels as the apply step leaves them (steady state: no mass re-sorting).
+THRESHOLDS = SchedulerSettings().queue_thresholds
 
 
 def build_snapshot(
@@ -96,7 +101,7 @@ def build_snapshot(
                     attained_service=speed * ran,
                     service_since_promotion=speed * ran,
                     executed_since_promotion=ran,
-                    queue_level=1 if speed * ran >= 3600 else 0,
+                    queue_level=queue_level_for(speed * ran, THRESHOLDS),
                     queue_entered_at=now - ran,
                     started_at=now - ran,
                     model=model,
@@ -122,7 +127,8 @@ def build_snapshot(
                 service_since_promotion=ran * size,
                 executed_since_promotion=ran,
                 waiting_since_promotion=waited,
-                queue_level=1 if ran * size >= 3600 else 0,
+                queue_level=queue_level_for(ran * size, THRESHOLDS),
+                pending_since=now - waited,
                 queue_entered_at=now - waited,
                 model=model,
                 throughputs=tuple(sorted(MODELS[model].items())),

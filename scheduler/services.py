@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -162,11 +163,14 @@ def _apply_start(start: Start, unschedulable: set[int], result: ApplyResult) -> 
 
 def _apply_queue_changes(changes: Iterable[QueueChange], now) -> None:  # type: ignore[no-untyped-def]
     """Move jobs between Tiresias queues; a promotion also restarts the since-promotion clocks."""
-    by_kind: dict[tuple[int, bool], list[int]] = {}
+    by_kind: dict[tuple[int, bool, float | None], list[int]] = {}
     for change in changes:
-        by_kind.setdefault((change.level, change.promoted), []).append(change.job_id)
-    for (level, promoted), job_ids in by_kind.items():
-        updates: dict[str, object] = {"queue_level": level, "queue_entered_at": now}
+        key = (change.level, change.promoted, change.entered_at)
+        by_kind.setdefault(key, []).append(change.job_id)
+    for (level, promoted, entered_at), job_ids in by_kind.items():
+        # A running job's demotion carries the moment its service crossed the threshold.
+        entered = now if entered_at is None else datetime.fromtimestamp(entered_at, tz=UTC)
+        updates: dict[str, object] = {"queue_level": level, "queue_entered_at": entered}
         if promoted:
             updates |= {
                 "service_since_promotion": 0.0,

@@ -99,16 +99,20 @@ def apply_queue_change(job: Job, change: QueueChange, now: float) -> Job:
     """
     if change.job_id != job.id:
         raise ValueError(f"queue change for job {change.job_id} applied to job {job.id}")
+    entered_at = now if change.entered_at is None else change.entered_at
     if change.promoted:
+        # As the live apply step does: the promotion also starts a new pending spell (the
+        # live loop measures δ from `pending_since`).
         return replace(
             job,
             queue_level=change.level,
-            queue_entered_at=now,
+            queue_entered_at=entered_at,
             service_since_promotion=0.0,
             executed_since_promotion=0.0,
             waiting_since_promotion=0.0,
+            pending_since=now if job.phase is JobPhase.PENDING else job.pending_since,
         )
-    return replace(job, queue_level=change.level, queue_entered_at=now)
+    return replace(job, queue_level=change.level, queue_entered_at=entered_at)
 
 
 def mark_started(job: Job, device_ids: tuple[int, ...], now: float) -> Job:

@@ -119,8 +119,9 @@ class Job:
         return self.phase is JobPhase.RUNNING
 
 
-# 100 x 2^i GPU-seconds, i = 0..16: 100 GPU-s .. 6.55 M GPU-s (76 GPU-days).
-DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = tuple(100.0 * 2**i for i in range(17))
+# 3600 x 2^i GPU-seconds, i = 0..10: Tiresias' first threshold (1 GPU-hour), then doubling
+# up to 1024 GPU-hours: 12 queues.
+DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = tuple(3600.0 * 2**i for i in range(11))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +130,11 @@ class SchedulerSettings:
 
     policy: str = "las"
     placement: PlacementKind = PlacementKind.ALLOX
-    # GPU-seconds; K = len + 1 queues. gpulab's default is 17 doubling thresholds from 100
-    # GPU-s (close to continuous LAS, which wins on heavy-tailed job sizes) rather than
-    # Tiresias' 2 queues: the churn that fine queues cause under Tiresias' rules is what
-    # `preempt_patience`, `preempt_margin` and `max_victims` take away (bench/README.md).
+    # GPU-seconds; K = len + 1 queues. gpulab's default keeps Tiresias' first queue (jobs
+    # under 1 GPU-hour) and splits the rest into doubling queues: close to continuous LAS
+    # for long jobs, which wins on heavy-tailed sizes, instead of one FIFO queue for
+    # everything past 1 GPU-hour. The churn that more queues cause under Tiresias' rules is
+    # what `preempt_patience`, `preempt_margin` and `max_victims` take away (bench/README.md).
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float | None = 4.0  # None or 0 = starvation promotion off
     fairness: float = 1.0  # 0 = arrival order only, 1 = fair share strictly first
@@ -244,13 +246,17 @@ class Hold:
 class QueueChange:
     """A job moved between Tiresias queues this round.
 
-    The apply step stores `level`, sets `queue_entered_at = snapshot.now`, and when
-    `promoted` resets the since-promotion counters to zero.
+    The apply step stores `level`, sets `queue_entered_at` to `entered_at` (or
+    `snapshot.now` when None), and when `promoted` resets the since-promotion counters to
+    zero and starts a new pending spell.
     """
 
     job_id: int
     level: int
     promoted: bool = False
+    # When a running job's service actually crossed the threshold (its FIFO key in the new
+    # queue), so the order does not depend on when a round happened to notice.
+    entered_at: float | None = None
 
 
 @dataclass(frozen=True)

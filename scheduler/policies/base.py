@@ -234,6 +234,9 @@ def run_pass(
             victims_lowest_first.append(job)
             bucket = buckets.setdefault(preemption_class[job.id], ({}, {}))
             _add_counts(bucket[0], bucket[1], counts, +1)
+    # Starving jobs take the widest victims first; sorted() is stable, so equal widths keep
+    # the lowest-priority-first order. Sorted once per pass, not per starving job.
+    victims_widest_first = sorted(victims_lowest_first, key=lambda victim: -victim.num_gpus)
     initial_layers: dict[int, list[tuple[FreeCounts, dict[str, int]]]] = {}
     initial_free = ({t: dict(n) for t, n in free.items()}, dict(free_totals))
     initial_buckets = {
@@ -255,7 +258,7 @@ def run_pass(
     fail_capped: dict[tuple[tuple[str, ...], Consolidation, int], int] = {}  # too many victims
     never_fits: dict[tuple[int, tuple[str, ...], Consolidation], Reason | None] = {}
     fit_at_start: dict[tuple[int, tuple[str, ...], Consolidation, int], bool] = {}
-    held_shape: dict[tuple[int, tuple[str, ...], Consolidation, int], Reason | None] = {}
+    held_shape: dict[tuple[int, tuple[str, ...], Consolidation, int, bool], Reason | None] = {}
     types_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
     ahead = 0
     ahead_by_level: Counter[int] = Counter()
@@ -289,9 +292,9 @@ def run_pass(
         job_class = preemption_class[job_id] if preemption_class is not None else 0
         limited = has_limits and ledger.is_limited(job)
         is_starving = job_id in starving
-        # A starving job may preempt where a same-shaped job may not: no shared memo.
-        memo = not limited and not is_starving
-        shape = (num_gpus, accepted, consolidation, job_class)
+        # A starving job may preempt where a same-shaped job may not: its own memo entries.
+        memo = not limited
+        shape = (num_gpus, accepted, consolidation, job_class, is_starving)
         if memo and shape in held_shape:
             # Same shape as a job already held since capacity last changed: same answer.
             reason = held_shape[shape]
@@ -358,7 +361,7 @@ def run_pass(
                         victim_counts,
                         claimed,
                         walked,
-                        widest_first=is_starving,
+                        victims_widest_first if is_starving else None,
                     )
                     if max_victims and not is_starving and len(chosen) > max_victims:
                         # Displacing several jobs for one is what makes fine queues churn.
@@ -492,15 +495,14 @@ def _choose_victims(
     victim_counts: Mapping[int, FreeCounts],
     claimed: Mapping[int, Job],
     walked: set[int],
-    *,
-    widest_first: bool = False,
+    candidates_order: Sequence[Job] | None = None,
 ) -> list[Job]:
     """The running jobs `job` preempts: lowest priority first, then drop the unneeded.
 
     Steps:
     1. Add candidates (unclaimed, not yet walked, class > job_class) from the lowest
-       priority up until the job fits in free + their devices. With `widest_first` (a
-       starving job) the candidates go by GPUs held, most first, then lowest priority.
+       priority up until the job fits in free + their devices. A starving job passes
+       `candidates_order`: the same victims by GPUs held, most first, then lowest priority.
     2. Try removing each chosen victim, highest priority first; keep it out if the job
        still fits. The Tiresias reference preempts exactly the lowest-priority jobs; the
        second step avoids preempting a job whose devices sit on a node that cannot help
@@ -510,10 +512,7 @@ def _choose_victims(
     extra_totals: dict[str, int] = {}
     chosen: list[Job] = []
     layers = [(free, free_totals), (extra, extra_totals)]
-    if widest_first:
-        # sorted() is stable: equal widths keep the lowest-priority-first order.
-        victims_lowest_first = sorted(victims_lowest_first, key=lambda v: -v.num_gpus)
-    for victim in victims_lowest_first:
+    for victim in candidates_order or victims_lowest_first:
         if victim.id in claimed or victim.id in walked or preemption_class[victim.id] <= job_class:
             continue
         counts = victim_counts[victim.id]

@@ -75,11 +75,29 @@ def tiresias_queues(snapshot: Snapshot) -> TiresiasQueues:
             changes.append(QueueChange(job.id, 0, promoted=True))
             levels[job.id], entered_at[job.id] = 0, now
         elif level != job.queue_level:
-            changes.append(QueueChange(job.id, level))
-            levels[job.id], entered_at[job.id] = level, now
+            at = crossed_at(job, level, thresholds, snapshot)
+            changes.append(QueueChange(job.id, level, entered_at=at))
+            levels[job.id], entered_at[job.id] = level, now if at is None else at
         else:
             levels[job.id], entered_at[job.id] = level, job.queue_entered_at
     return TiresiasQueues(levels, entered_at, tuple(changes))
+
+
+def crossed_at(
+    job: Job, level: int, thresholds: Sequence[float], snapshot: Snapshot
+) -> float | None:
+    """When a running job's queue key crossed into `level` from below (demotion while it
+    runs), from the rate it gains service at: the devices' speed sum. None otherwise (a
+    pending job's key does not move; it enters its new queue now)."""
+    if not job.is_running or level <= job.queue_level or level == 0:
+        return None
+    devices = snapshot.device_by_id
+    rate = sum(devices[d].speed if d in devices else 1.0 for d in job.devices)
+    if rate <= 0:
+        return None
+    crossed = snapshot.now - (job.service_since_promotion - thresholds[level - 1]) / rate
+    started = job.started_at if job.started_at is not None else snapshot.now
+    return min(max(crossed, started), snapshot.now)
 
 
 def fifo_within_queue(jobs: Sequence[Job], queues: TiresiasQueues) -> list[tuple[float, ...]]:
@@ -124,29 +142,22 @@ def pending_for(job: Job, now: float) -> float:
     return max(now - since, 0.0)
 
 
-def starving_jobs(snapshot: Snapshot, queues: TiresiasQueues) -> frozenset[int]:
-    """Pending jobs the starvation guard protects this round.
+def starving_jobs(snapshot: Snapshot) -> frozenset[int]:
+    """Pending jobs the starvation guard protects this round: those that have waited
+    `starvation_seconds` in one pending spell.
 
-    A job is starving once it has waited `starvation_seconds` in one pending spell, or when
-    the knob promotes it (this round, or earlier and it has not run since: attained
-    service but no execution since the promotion). The knob alone cannot protect a wide
-    job that never ran (Tiresias only promotes jobs that have run), and a promoted job
-    only reaches the tail of queue 0, behind every new small job.
+    The knob alone cannot protect a wide job that never ran (Tiresias only promotes jobs
+    that have run), and a promoted job only reaches the tail of queue 0. Promoted jobs are
+    not starving by themselves: with many queues, exempting them made promoted jobs and
+    their victims take turns (measured on the 60-job trace x 10: 230 preemptions instead
+    of 39, average JCT 16.7 ks instead of 12.7 ks).
     """
     limit = snapshot.settings.starvation_seconds
     if limit <= 0:
         return frozenset()
     now = snapshot.now
-    promoted = {change.job_id for change in queues.changes if change.promoted}
     return frozenset(
-        job.id
-        for job in snapshot.jobs
-        if not job.is_running
-        and (
-            job.id in promoted
-            or pending_for(job, now) >= limit
-            or (job.attained_service > 0 and job.executed_since_promotion <= 0)
-        )
+        job.id for job in snapshot.jobs if not job.is_running and pending_for(job, now) >= limit
     )
 
 
@@ -156,9 +167,9 @@ def preemption_classes(
     """Who may preempt whom: a pending job preempts a running job of a strictly greater
     class. Running jobs' class is their queue. A pending job's class is NO_PREEMPTION until
     it has waited `preempt_patience` seconds in this pending spell; then its queue +
-    `preempt_margin` - 1 (margin 1 = Tiresias: any lower queue), or its queue when it is
-    starving (the margin keeps jobs of similar service from trading places; a starving
-    job has waited long enough to claim Tiresias' plain rule)."""
+    `preempt_margin` - 1 (margin 1 = Tiresias: any lower queue). A starving job's class is
+    its queue at once (the margin keeps jobs of similar service from trading places; a
+    starving job has waited long enough to claim Tiresias' plain rule)."""
     settings = snapshot.settings
     margin = max(settings.preempt_margin, 1) - 1
     patience = settings.preempt_patience
@@ -168,23 +179,46 @@ def preemption_classes(
         level = levels[job.id]
         if job.is_running:
             classes[job.id] = level
+        elif job.id in starving:
+            # Exempt from patience and margin: it has waited long enough for Tiresias' own
+            # rule (any lower queue).
+            classes[job.id] = level
         elif patience > 0 and pending_for(job, now) < patience:
             classes[job.id] = NO_PREEMPTION
-        elif job.id in starving:
-            classes[job.id] = level  # exempt from the margin: Tiresias' own rule
         else:
             classes[job.id] = level + margin
     return classes
+
+
+def first_blocked_starving(decisions: Decisions, starving: frozenset[int]) -> int | None:
+    """The first starving job in the order that the pass held for capacity, if any.
+
+    Read from the pass's decisions, before AlloX's window step: a job the pass could start
+    but AlloX left for another (it loses less on those devices) did not lack capacity, and
+    keeping devices idle for it would only cost throughput.
+    """
+    if not starving:
+        return None
+    capacity_codes = (ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES)
+    held_for_capacity = {h.job_id for h in decisions.holds if h.reason.code in capacity_codes}
+    return next(
+        (
+            job_id
+            for job_id in decisions.order
+            if job_id in starving and job_id in held_for_capacity
+        ),
+        None,
+    )
 
 
 def reserve_for_starving(
     snapshot: Snapshot,
     decisions: Decisions,
     levels: Mapping[int, int],
-    starving: frozenset[int],
+    blocked: int | None,
 ) -> Decisions:
     """The starvation guard's reservation: while the first starving job in the order is
-    held for capacity, jobs of lower queues behind it do not start.
+    held for capacity (`blocked`), jobs of lower queues behind it do not start.
 
     Without it the devices a wide starving job needs are refilled by small jobs as they
     free up, and it waits for a moment when all of them are free at once (measured: 16-GPU
@@ -192,20 +226,7 @@ def reserve_for_starving(
     start: they are entitled to go first. A preemption made only for a start dropped here
     is dropped too (the victim keeps running).
     """
-    if not starving:
-        return decisions
-    started = {start.job_id for start in decisions.starts}
-    capacity_codes = (ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES)
-    held_for_capacity = {h.job_id for h in decisions.holds if h.reason.code in capacity_codes}
-    blocked = next(
-        (
-            job_id
-            for job_id in decisions.order
-            if job_id in starving and job_id not in started and job_id in held_for_capacity
-        ),
-        None,
-    )
-    if blocked is None:
+    if blocked is None or any(start.job_id == blocked for start in decisions.starts):
         return decisions
     position = {job_id: index for index, job_id in enumerate(decisions.order)}
     floor = levels[blocked] + 1
@@ -275,13 +296,14 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
        and the starvation guard (`starving_jobs`: no victim limit, widest victims first).
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
        who gets the free devices, and moves running jobs to faster free devices.
-    5. The starvation guard's reservation (`reserve_for_starving`).
+    5. The starvation guard's reservation (`reserve_for_starving`) for the first starving
+       job the pass held for capacity.
     6. `wake_at`: when a held job's patience or starvation clock runs out.
     """
     queues = tiresias_queues(snapshot)
     ordered = tiresias_order(snapshot, queues, within_queue)
     levels = queues.levels
-    starving = starving_jobs(snapshot, queues)
+    starving = starving_jobs(snapshot)
     now = snapshot.now
 
     def reason(victim: Job, by: Job) -> str:
@@ -302,8 +324,9 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
         max_victims=snapshot.settings.max_victims,
         starving=starving,
     )
+    blocked = first_blocked_starving(decisions, starving)
     decisions = allox_rematch(snapshot, decisions)
-    decisions = reserve_for_starving(snapshot, decisions, levels, starving)
+    decisions = reserve_for_starving(snapshot, decisions, levels, blocked)
     return replace(decisions, wake_at=next_clock(snapshot, decisions))
 
 

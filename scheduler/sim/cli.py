@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sched.add_argument(
         "--queues",
         help="queue thresholds in GPU·s, comma-separated, e.g. 3600 or 3250,7200 "
-        "[100·2^i, i = 0..16; reference 3250,7200]",
+        "[3600·2^i, i = 0..10; reference 3250,7200]",
     )
     sched.add_argument(
         "--knob",

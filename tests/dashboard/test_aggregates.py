@@ -18,6 +18,7 @@ from dashboard.models import (
 from dashboard.services import aggregates_update, floor_bucket
 from jobs.choices import JobState
 from jobs.models import Allocation
+from scheduler.core.types import DEFAULT_QUEUE_THRESHOLDS
 from tests.factories import JobFactory
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -88,8 +89,9 @@ def test_queue_samples_count_pending_jobs_and_gpus_per_level_including_empty_lev
     aggregates_update(now=T0)
 
     samples = {s.level: (s.pending_jobs, s.pending_gpus) for s in QueueSample.objects.all()}
-    # Default config: 17 thresholds, 18 levels; every empty level gets its zero sample.
-    assert samples == {0: (2, 6)} | {level: (0, 0) for level in range(1, 18)}
+    # Default config: every empty level gets its zero sample.
+    levels = len(DEFAULT_QUEUE_THRESHOLDS) + 1
+    assert samples == {0: (2, 6)} | {level: (0, 0) for level in range(1, levels)}
 
 
 @pytest.mark.django_db

@@ -8,12 +8,13 @@ from django.test import Client
 
 from accounts.models import AuditEntry
 from config.errors import ValidationFailed
+from scheduler.core.types import DEFAULT_QUEUE_THRESHOLDS
 from scheduler.selectors import scheduler_config_get
 from scheduler.settings_services import scheduler_config_update
 from tests.dashboard.helpers import logged_in
 
 URL = "/manage/scheduler/"
-DEFAULT_THRESHOLDS = [100.0 * 2**i for i in range(17)]  # 100, 200, ..., 6,553,600 GPU-s
+DEFAULT_THRESHOLDS = list(DEFAULT_QUEUE_THRESHOLDS)  # 3600, 7200, ..., 3,686,400 GPU-s
 # The defaults, as the form posts them.
 DEFAULTS = {
     "policy": "las",
@@ -58,7 +59,7 @@ def test_the_page_shows_current_values_and_the_models_explanations(lab_admin):
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert 'value="100, 200, 400,' in html  # thresholds as comma-separated numbers
+    assert 'value="3600, 7200, 14400,' in html  # thresholds as comma-separated numbers
     assert "0 = arrival order, 1 = share first." in html  # fairness help_text
     assert "SIGTERM, then this long to checkpoint, then kill." in html
     assert "Current: <b>4.0</b>" in html  # promote_knob

@@ -1,13 +1,14 @@
 """gpulab's additions to Tiresias (SchedulerSettings: preempt_patience, preempt_margin,
 max_victims, starvation_seconds): who may preempt whom, how many, and the reservation.
 
-All cases use gpulab's default settings (`gpulab_defaults=True`: 17 doubling queues from
-100 GPU-s, patience 600 s, margin 3, one victim, starvation after 3600 s) and change one
+All cases use gpulab's default settings (`gpulab_defaults=True`: 12 queues, 3600 GPU-s
+then doubling, patience 600 s, margin 3, one victim, starvation after 3600 s) and change one
 knob at a time. `now` is 10,000 s; running jobs started at 0 (past the minimum runtime).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -122,22 +123,27 @@ def test_a_starving_job_takes_the_widest_victims_beyond_the_limit_and_the_margin
     assert preempted(run([*jobs[:-1], waiting(9, 4, level=3, waited=700.0)])) == {}
 
 
-def test_a_job_promoted_by_the_knob_counts_as_starving() -> None:
-    # Ran 100 s, then waited 500 s >= knob 4 x 100: promoted to queue 0 this round.
+def test_a_job_promoted_by_the_knob_preempts_under_the_ordinary_rules() -> None:
+    # Ran 1000 s on 4 GPUs (queue 1), then waited 4100 s >= knob 4 x 1000: promoted to queue
+    # 0 this round. Not starving (pending 700 s < 3600 s): margin 3 and one victim apply, so
+    # it takes neither the 4-GPU job of queue 2 nor four 1-GPU jobs of queue 9.
     promoted = pending(
         9,
         4,
         pending_since=NOW - 700.0,
-        attained_service=400.0,
-        service_since_promotion=400.0,
-        executed_since_promotion=100.0,
-        waiting_since_promotion=500.0,
-        queue_level=3,
+        attained_service=4000.0,
+        service_since_promotion=4000.0,
+        executed_since_promotion=1000.0,
+        waiting_since_promotion=4100.0,
+        queue_level=1,
     )
     jobs = [*full_node((1, 4, 2), (2, 1, 9), (3, 1, 9), (4, 1, 9), (5, 1, 9)), promoted]
     decisions = run(jobs)
     assert [c.job_id for c in decisions.queue_changes if c.promoted] == [9]
-    assert preempted(decisions) == {1: 9}  # widest, no limit, no margin
+    assert preempted(decisions) == {}
+    # Starving, it would take the widest victim: the 4-GPU job, two queues below it.
+    starving = replace(promoted, pending_since=NOW - 4000.0)
+    assert preempted(run([*jobs[:-1], starving])) == {1: 9}
 
 
 def test_devices_are_kept_for_a_starving_job_that_cannot_start_yet() -> None:
