@@ -39,10 +39,11 @@ import json
 import math
 import platform
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 
-from scheduler.core.types import PlacementKind
+from scheduler.core.types import TIRESIAS_RULES, PlacementKind
 from scheduler.sim.gavel import WINDOW, GavelRun, experiment_settings, run_cell
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gavel.json"
@@ -55,15 +56,7 @@ CELLS = (
     "las+allox-noguard",
 )
 # Ablations of the default's settings (the module switches are set in `run_one`).
-TIRESIAS_RULES: dict[str, object] = {
-    "queue_thresholds": (3600.0,),
-    "promote_knob": 8.0,
-    "preempt_patience": 0.0,
-    "preempt_margin": 1,
-    "max_victims": 0,
-    "starvation_seconds": 0.0,
-}
-CELL_OVERRIDES: dict[str, dict[str, object]] = {
+CELL_OVERRIDES: dict[str, Mapping[str, object]] = {
     # The default before churn control (issue 3's previous sessions): Tiresias' rules.
     "las+allox-tiresias": TIRESIAS_RULES,
     "las+allox-noguard": {"starvation_seconds": 0.0},

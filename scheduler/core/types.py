@@ -13,9 +13,11 @@ Units:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from types import MappingProxyType
 
 
 class Consolidation(StrEnum):
@@ -122,6 +124,21 @@ class Job:
 # 3600 x 2^i GPU-seconds, i = 0..10: Tiresias' first threshold (1 GPU-hour), then doubling
 # up to 1024 GPU-hours: 12 queues.
 DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = tuple(3600.0 * 2**i for i in range(11))
+
+
+# Tiresias' own rules as algorithms.md states them: 2 queues at 3600 GPU-s, knob 8, a job
+# preempts any lower queue at once, no victim limit, no starvation guard. gpulab's default
+# before its churn control; for comparisons (benches) and for tests of Tiresias' mechanics.
+TIRESIAS_RULES: Mapping[str, object] = MappingProxyType(
+    {
+        "queue_thresholds": (3600.0,),
+        "promote_knob": 8.0,
+        "preempt_patience": 0.0,
+        "preempt_margin": 1,
+        "max_victims": 0,
+        "starvation_seconds": 0.0,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

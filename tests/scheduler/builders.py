@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from scheduler.core.types import (
+    TIRESIAS_RULES,
     Account,
     Consolidation,
     Decisions,
@@ -56,20 +57,6 @@ def running(job_id: int, device_ids: Iterable[int], **fields: Any) -> Job:
     )
 
 
-# The policy tables here test Tiresias' own mechanics (NSDI'19: 2 queues at 3600 GPU-s in
-# algorithms.md, knob 8, preemption at once across queues). gpulab's defaults add churn
-# control and a starvation guard on top; tests of those pass their settings explicitly
-# (tests/scheduler/policies/test_churn_control.py) or use `gpulab_defaults=True`.
-TIRESIAS_RULES: dict[str, Any] = {
-    "queue_thresholds": (3600.0,),
-    "promote_knob": 8.0,
-    "preempt_patience": 0.0,
-    "preempt_margin": 1,
-    "max_victims": 0,
-    "starvation_seconds": 0.0,
-}
-
-
 def snapshot(
     jobs: Iterable[Job],
     devs: tuple[Device, ...],
@@ -85,6 +72,8 @@ def snapshot(
     gpulab_defaults: bool = False,
     **settings: Any,
 ) -> Snapshot:
+    # The policy tables test Tiresias' own mechanics (TIRESIAS_RULES) unless they ask for
+    # gpulab's defaults (churn control and the starvation guard: test_churn_control.py).
     if not gpulab_defaults:
         settings = {**TIRESIAS_RULES, **settings}
     node_list = tuple(nodes) or tuple(Node(name) for name in dict.fromkeys(d.node for d in devs))

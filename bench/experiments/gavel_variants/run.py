@@ -17,17 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from scheduler.core.types import PlacementKind
+from scheduler.core.types import TIRESIAS_RULES, PlacementKind
 from scheduler.sim.gavel import experiment_settings, run_cell
 
-TIRESIAS = {
-    "queue_thresholds": (3600.0,),
-    "promote_knob": 8.0,
-    "preempt_patience": 0.0,
-    "preempt_margin": 1,
-    "max_victims": 0,
-    "starvation_seconds": 0.0,
-}
+TIRESIAS = TIRESIAS_RULES
 VARIANTS: dict[str, dict[str, object]] = {
     "default": {},
     "default-w200": {"allox_window": 200},
