@@ -144,6 +144,11 @@ def test_a_demoted_job_moves_queue_in_the_database(owner, cluster):
     assert scheduling_round_run().queue_changes == 1
     job.refresh_from_db()
     assert job.queue_level == 1
+    # It entered queue 1 when its service crossed 100 GPU-s (~100 s ago at speed 1), not
+    # when this round noticed: the FIFO key inside the queue does not depend on the timer.
+    speed = Allocation.objects.get(job=job).device.device_type.speed
+    crossed_ago = (timezone.now() - job.queue_entered_at).total_seconds()
+    assert crossed_ago == pytest.approx(200 - 100 / speed, abs=5)
 
 
 @pytest.mark.django_db

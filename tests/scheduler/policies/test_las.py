@@ -264,3 +264,16 @@ def test_a_kept_running_job_keeps_its_devices_even_on_a_draining_node() -> None:
     assert held(decisions)[2] == (
         "NodeDrained: needs 2 \u00d7 GPU; the nodes that could hold it are drained"
     )
+
+
+def test_a_running_job_enters_its_new_queue_when_its_service_crossed_the_threshold() -> None:
+    # 2 GPUs of speed 1.5: 3 GPU-s per second. The key is 3600 + 300, so the crossing was
+    # 100 s ago; the FIFO key in queue 1 is that moment, not the round that noticed it.
+    devs = devices({"n1": ("a100", 2)}, speed={"a100": 1.5})
+    job = running(1, [0, 1], service_since_promotion=3900.0, attained_service=3900.0)
+    queues = tiresias_queues(snapshot([job], devs, now=10_000.0))
+    assert queues.changes == (QueueChange(1, 1, entered_at=9_900.0),)
+    assert queues.entered_at[1] == 9_900.0
+    # A pending job's key does not move: it enters its new queue now.
+    waiting = pending(2, 1, service_since_promotion=3900.0)
+    assert tiresias_queues(snapshot([waiting], devs)).changes == (QueueChange(2, 1),)
