@@ -256,6 +256,7 @@ def run_pass(
     fail_free: dict[tuple[tuple[str, ...], Consolidation], int] = {}
     fail_pool: dict[tuple[tuple[str, ...], Consolidation, int], int] = {}
     fail_capped: dict[tuple[tuple[str, ...], Consolidation, int], int] = {}  # too many victims
+    layers_above: dict[int, list[tuple[FreeCounts, dict[str, int]]]] = {}
     never_fits: dict[tuple[int, tuple[str, ...], Consolidation], Reason | None] = {}
     fit_at_start: dict[tuple[int, tuple[str, ...], Consolidation, int], bool] = {}
     held_shape: dict[tuple[int, tuple[str, ...], Consolidation, int, bool], Reason | None] = {}
@@ -344,7 +345,14 @@ def run_pass(
             pool_key = (allowed, consolidation, job_class)
             capped = not is_starving and num_gpus >= fail_capped.get(pool_key, _NO_FAILURE)
             if num_gpus < fail_pool.get(pool_key, _NO_FAILURE) and not capped:
-                layers = [(free, free_totals)] + [b for c, b in buckets.items() if c > job_class]
+                layers = layers_above.get(job_class)
+                if layers is None:
+                    # The bucket objects are fixed after step 1 (claims mutate them in
+                    # place), so one list per class serves the whole walk.
+                    layers = [(free, free_totals)] + [
+                        b for c, b in buckets.items() if c > job_class
+                    ]
+                    layers_above[job_class] = layers
                 chosen: list[Job] = []
                 fits_pool = len(layers) > 1 and _fits_layers(
                     num_gpus, allowed, consolidation, layers

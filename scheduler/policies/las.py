@@ -14,6 +14,7 @@ from scheduler.core.types import (
     Decisions,
     Hold,
     Job,
+    JobPhase,
     Preempt,
     QueueChange,
     Reason,
@@ -155,9 +156,14 @@ def starving_jobs(snapshot: Snapshot) -> frozenset[int]:
     limit = snapshot.settings.starvation_seconds
     if limit <= 0:
         return frozenset()
-    now = snapshot.now
+    # Inlined `pending_for` (a round may hold 10,000 pending jobs): since <= now - limit.
+    cutoff = snapshot.now - limit
+    pending = JobPhase.PENDING
     return frozenset(
-        job.id for job in snapshot.jobs if not job.is_running and pending_for(job, now) >= limit
+        job.id
+        for job in snapshot.jobs
+        if job.phase is pending
+        and (job.pending_since if job.pending_since is not None else job.submit_time) <= cutoff
     )
 
 
@@ -173,20 +179,22 @@ def preemption_classes(
     settings = snapshot.settings
     margin = max(settings.preempt_margin, 1) - 1
     patience = settings.preempt_patience
-    now = snapshot.now
+    # Patience served <=> the pending spell began at or before `served_by` (no waiting
+    # needed when patience is 0).
+    served_by = snapshot.now - patience if patience > 0 else float("inf")
+    running = JobPhase.RUNNING
     classes: dict[int, int] = {}
     for job in snapshot.jobs:
-        level = levels[job.id]
-        if job.is_running:
-            classes[job.id] = level
-        elif job.id in starving:
-            # Exempt from patience and margin: it has waited long enough for Tiresias' own
-            # rule (any lower queue).
-            classes[job.id] = level
-        elif patience > 0 and pending_for(job, now) < patience:
-            classes[job.id] = NO_PREEMPTION
+        job_id = job.id
+        level = levels[job_id]
+        if job.phase is running or job_id in starving:
+            # A starving job is exempt from patience and margin: it has waited long enough
+            # for Tiresias' own rule (any lower queue).
+            classes[job_id] = level
+        elif (job.pending_since if job.pending_since is not None else job.submit_time) > served_by:
+            classes[job_id] = NO_PREEMPTION
         else:
-            classes[job.id] = level + margin
+            classes[job_id] = level + margin
     return classes
 
 
@@ -274,15 +282,14 @@ def next_clock(snapshot: Snapshot, decisions: Decisions) -> float | None:
         return None
     now = snapshot.now
     jobs = snapshot.job_by_id
-    due: float | None = None
+    # The clock that runs out soonest is the one of the latest-begun spell still inside
+    # it; so per clock only the held jobs' spell starts matter.
+    starts = []
     for hold in decisions.holds:
         job = jobs[hold.job_id]
-        since = job.pending_since if job.pending_since is not None else job.submit_time
-        for clock in clocks:
-            at = since + clock
-            if at > now and (due is None or at < due):
-                due = at
-    return due
+        starts.append(job.pending_since if job.pending_since is not None else job.submit_time)
+    due = [start + clock for clock in clocks for start in starts if start + clock > now]
+    return min(due) if due else None
 
 
 def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisions:
