@@ -282,8 +282,7 @@ def next_clock(snapshot: Snapshot, decisions: Decisions) -> float | None:
         return None
     now = snapshot.now
     jobs = snapshot.job_by_id
-    # The clock that runs out soonest is the one of the latest-begun spell still inside
-    # it; so per clock only the held jobs' spell starts matter.
+    # Every held job's spell start plus every clock: the earliest moment still ahead.
     starts = []
     for hold in decisions.holds:
         job = jobs[hold.job_id]
