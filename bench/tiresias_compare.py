@@ -1,15 +1,18 @@
 """Better than Tiresias, not just equal to it: gpulab's default vs the reference's 2D-LAS.
 
 On a contended Philly-like trace (generators.philly_like: YARN GPU-time, 1–16 GPUs, dense
-Poisson arrivals) this replays four configurations at restore cost 0 and 30 s:
+Poisson arrivals) this replays five configurations at restore cost 0 and 30 s:
 
 - `srsf (oracle)`: shortest remaining service first with perfect knowledge, the lower
   bound the issue compares waits against (free preemption, no minimum runtime);
 - `2d-las (tiresias)`: the public simulator's 2D-LAS: queues 3250/7200 GPU·s, knob off,
   no minimum runtime, GPU-count placement, decisions exactly at events;
 - `2d-las+knob8`: the same with the starvation knob at 8 (PROMOTEKNOB);
-- `gpulab default`: `SchedulerSettings()` as shipped (2 queues at 3600 GPU·s, knob 8,
-  5 min minimum runtime, fair share, best-fit placement) with the live 10 s timer.
+- `gpulab default`: `SchedulerSettings()` as shipped (12 queues from 3600 GPU·s, knob 4,
+  5 min minimum runtime, patience 600 s, margin 3, one victim, starvation guard 3600 s,
+  fair share, best-fit placement) with the live 10 s timer;
+- `fine-las (free)`: gpulab's queues under Tiresias' rules with free, immediate preemption
+  and no guard: the size-blind reference for how close to SRSF a policy can get here.
 
 Reported per configuration: average wait (queueing delay), preemptions (total and per job),
 average JCT of the largest (16-GPU) jobs, average and p99 JCT. The issue's bar for gpulab's
@@ -17,7 +20,7 @@ default: average wait close to SRSF's, at most half of plain 2D-LAS's preemption
 16-GPU JCT no worse than 2D-LAS with the knob.
 
 Usage: .venv/bin/python bench/tiresias_compare.py [--jobs 1500] [--load 1.0] [--seed 0]
-       [--candidate]  (also run the prototype described at CANDIDATE_THRESHOLDS)
+       [--restore 0,30] [--configs "gpulab default,..."] [--out FILE]
 Prints a table and writes bench/results/tiresias_compare.json. Numbers are never asserted.
 """
 
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _verdicts(rows: list[dict[str, object]]) -> list[str]:
-    """The issue's three bars for gpulab's default (and the candidate), from measured rows."""
+    """The issue's three bars for gpulab's default, from measured rows."""
     lines = []
     by_key = {(r["restore_cost"], r["configuration"]): r for r in rows}
     restores = sorted({r["restore_cost"] for r in rows})  # type: ignore[type-var]

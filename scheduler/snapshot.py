@@ -119,13 +119,8 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         pending_since = None
         if state == JobState.PENDING:
             phase = JobPhase.PENDING
-            # A pending row should always have pending_since; fall back to submission so
-            # patience and the starvation guard still have a clock for an odd row.
-            pending_since = (
-                row["pending_since"].timestamp()
-                if row["pending_since"] is not None
-                else row["submitted_at"].timestamp()
-            )
+            # None only for an odd row; the policy then counts from submission.
+            pending_since = _epoch(row["pending_since"])
             # Waiting counts only after the job has run (scheduler.core.accounting).
             if row["pending_since"] is not None and executed > 0:
                 waiting += max(now_s - row["pending_since"].timestamp(), 0.0)

@@ -160,15 +160,14 @@ class SchedulerSettings:
     # waited `preempt_patience` seconds in this pending spell (most waits on a busy cluster
     # end by a completion within minutes), only jobs at least `preempt_margin` queues below
     # its own (1 = Tiresias: any lower queue), and at most `max_victims` jobs per round
-    # (0 = no limit). A starving job is exempt from the victim limit.
+    # (0 = no limit). A starving job is exempt from all three.
     preempt_patience: float = 600.0
     preempt_margin: int = 3
     max_victims: int = 1
-    # Starvation guard: a job pending `starvation_seconds` in one spell (or promoted by the
-    # knob and not yet restarted) preempts the widest victims first, with no victim limit,
-    # and while it cannot start no job of a lower queue starts behind it (a reservation:
-    # otherwise small jobs keep refilling the devices a 16-GPU job is waiting for).
-    # 0 = off.
+    # Starvation guard: a job pending `starvation_seconds` in one spell preempts any lower
+    # queue, the widest victims first, with no victim limit, and while it cannot start no
+    # job of a lower queue starts behind it (a reservation: otherwise small jobs keep
+    # refilling the devices a 16-GPU job is waiting for). 0 = off.
     starvation_seconds: float = 3600.0
     restore_cost: float = 30.0  # seconds of service lost per resume (simulator; estimates)
     allox_alpha: float = 0.5

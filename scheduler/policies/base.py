@@ -292,11 +292,10 @@ def run_pass(
         consolidation = job.consolidation
         job_class = preemption_class[job_id] if preemption_class is not None else 0
         limited = has_limits and ledger.is_limited(job)
-        is_starving = job_id in starving
         # A starving job may preempt where a same-shaped job may not: its own memo entries.
-        memo = not limited
+        is_starving = job_id in starving
         shape = (num_gpus, accepted, consolidation, job_class, is_starving)
-        if memo and shape in held_shape:
+        if not limited and shape in held_shape:
             # Same shape as a job already held since capacity last changed: same answer.
             reason = held_shape[shape]
             if reason is None:
@@ -425,11 +424,11 @@ def run_pass(
                     ReasonCode.BEHIND, _behind_text(ahead_by_level, ahead, has_levels)
                 )
             reason = behind_reason
-            if memo:
+            if not limited:
                 held_shape[shape] = None  # Behind, with whatever `ahead` is then
         else:
             reason = Reason(ReasonCode.WAITING_FOR_RESOURCES, needs_text(job))
-            if memo and not fit_at_start[start_key]:
+            if not limited and not fit_at_start[start_key]:
                 held_shape[shape] = reason
         holds.append((index, job, reason))
         if head_of_line_blocking:

@@ -137,10 +137,14 @@ def las_reason(victim: Job, by: Job, levels: Mapping[int, int]) -> str:
 NO_PREEMPTION = 1 << 30
 
 
+def spell_start(job: Job) -> float:
+    """When the current pending spell began (submission when no start time is recorded)."""
+    return job.pending_since if job.pending_since is not None else job.submit_time
+
+
 def pending_for(job: Job, now: float) -> float:
-    """Seconds in the current pending spell (since submission when never preempted)."""
-    since = job.pending_since if job.pending_since is not None else job.submit_time
-    return max(now - since, 0.0)
+    """Seconds in the current pending spell."""
+    return max(now - spell_start(job), 0.0)
 
 
 def starving_jobs(snapshot: Snapshot) -> frozenset[int]:
@@ -156,14 +160,10 @@ def starving_jobs(snapshot: Snapshot) -> frozenset[int]:
     limit = snapshot.settings.starvation_seconds
     if limit <= 0:
         return frozenset()
-    # Inlined `pending_for` (a round may hold 10,000 pending jobs): since <= now - limit.
     cutoff = snapshot.now - limit
     pending = JobPhase.PENDING
     return frozenset(
-        job.id
-        for job in snapshot.jobs
-        if job.phase is pending
-        and (job.pending_since if job.pending_since is not None else job.submit_time) <= cutoff
+        job.id for job in snapshot.jobs if job.phase is pending and spell_start(job) <= cutoff
     )
 
 
@@ -191,7 +191,7 @@ def preemption_classes(
             # A starving job is exempt from patience and margin: it has waited long enough
             # for Tiresias' own rule (any lower queue).
             classes[job_id] = level
-        elif (job.pending_since if job.pending_since is not None else job.submit_time) > served_by:
+        elif spell_start(job) > served_by:
             classes[job_id] = NO_PREEMPTION
         else:
             classes[job_id] = level + margin
@@ -283,10 +283,7 @@ def next_clock(snapshot: Snapshot, decisions: Decisions) -> float | None:
     now = snapshot.now
     jobs = snapshot.job_by_id
     # Every held job's spell start plus every clock: the earliest moment still ahead.
-    starts = []
-    for hold in decisions.holds:
-        job = jobs[hold.job_id]
-        starts.append(job.pending_since if job.pending_since is not None else job.submit_time)
+    starts = [spell_start(jobs[hold.job_id]) for hold in decisions.holds]
     due = [start + clock for clock in clocks for start in starts if start + clock > now]
     return min(due) if due else None
 

@@ -537,10 +537,10 @@ class Simulation:
                 job = state.job
                 if job.phase is JobPhase.RUNNING:
                     # A crossing only matters to a decision while some job waits (it may
-                    # make this job a victim); otherwise the next arrival's round sees the
-                    # new level anyway. With gpulab's 12 queues this saves most rounds
-                    # of a moderately loaded replay. (The crossed job's queue entry time is
-                    # then that round's time: FIFO ties inside a queue may order differently.)
+                    # make this job a victim); otherwise the next round sees the new level
+                    # anyway, with the exact crossing moment as its queue entry time
+                    # (`QueueChange.entered_at`). With 12 queues this saves most rounds of
+                    # a moderately loaded replay.
                     if (
                         queue_policy
                         and has_pending

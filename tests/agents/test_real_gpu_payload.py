@@ -18,9 +18,10 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from agents.heartbeats import node_agent_token_create
-from agents.models import GpuSample
+from agents.models import GpuSample, JobGpuSample
 from cluster.models import Device
-from tests.factories import NodeFactory
+from jobs.services import job_start
+from tests.factories import JobFactory, NodeFactory
 
 CAPTURE = Path(__file__).resolve().parents[2] / "bench" / "results" / "nvml_real_gpu.json"
 URL = "/api/v1/agents/heartbeat/"
@@ -36,18 +37,25 @@ def test_heartbeats_captured_on_a_real_h100_are_accepted_and_stored() -> None:
     _, key = node_agent_token_create(node_id=node.pk)
     client = APIClient()
 
-    for payload in (idle, loaded):
+    def post(payload: dict) -> None:
         response = client.post(URL, payload, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
         assert response.status_code == 200, response.content
 
-    uuid = loaded["gpus"][0]["uuid"]
-    device = Device.objects.get(uuid=uuid)
+    post(idle)  # registers the GPU
+    device = Device.objects.get(uuid=loaded["gpus"][0]["uuid"])
+    # The job the loaded process was tagged with, holding that GPU as a round leaves it.
+    job = job_start(job_id=JobFactory(pk=4242).pk, device_ids=[device.pk])
+    assert job.attempt == 1
+    post(loaded)
+
     assert device.node_id == node.pk
     assert device.device_type.name == "h100-80gb-hbm3"
     node.refresh_from_db()
     assert node.labels["driver_version"] == idle["driver_version"]
     utilizations = sorted(GpuSample.objects.filter(device=device).values_list("utilization_pct"))
     assert utilizations == [(0,), (100,)]
-    # The loaded beat saw the tagged process on the GPU with its job and attempt.
+    # The real process list, mapped to the job by the agent, is stored as the job's use.
     (process,) = loaded["gpus"][0]["processes"]
-    assert (process["job_id"], process["attempt"]) == (4242, 1)
+    (sample,) = JobGpuSample.objects.filter(job_id=4242, device=device)
+    assert (sample.attempt, sample.utilization_pct) == (1, 100)
+    assert sample.memory_used_mb == process["used_memory_mb"] > 0

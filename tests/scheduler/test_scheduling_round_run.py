@@ -18,6 +18,7 @@ from scheduler.choices import RoundOutcome
 from scheduler.core.types import SchedulerSettings
 from scheduler.locks import ROUND_LOCK_KEY
 from scheduler.models import SchedulingRound
+from scheduler.policies.las import spell_start
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.services import scheduling_round_run
 from scheduler.snapshot import snapshot_build
@@ -207,7 +208,8 @@ def test_the_snapshot_gives_a_pending_job_the_start_of_its_wait_and_a_running_jo
     pending = submit(outsider, 4)
     age_job(pending.pk, seconds=900)
     stale = submit(outsider, 1)
-    # A pending row without the column set falls back to its submission time.
+    # A pending row without the column set passes None; the policy counts from submission
+    # then (las.spell_start).
     Job.objects.filter(pk=stale.pk).update(pending_since=None)
 
     snapshot, _ = snapshot_build(now=timezone.now(), settings=SchedulerSettings())
@@ -218,7 +220,8 @@ def test_the_snapshot_gives_a_pending_job_the_start_of_its_wait_and_a_running_jo
     assert views[running.pk].pending_since is None
     assert views[pending.pk].pending_since == pytest.approx(pending.pending_since.timestamp())
     assert views[pending.pk].pending_since == pytest.approx(time.time() - 900, abs=5)
-    assert views[stale.pk].pending_since == pytest.approx(stale.submitted_at.timestamp())
+    assert views[stale.pk].pending_since is None
+    assert spell_start(views[stale.pk]) == pytest.approx(stale.submitted_at.timestamp())
 
 
 @pytest.mark.parametrize(
