@@ -1,0 +1,153 @@
+"""Backlog prices and the efficiency gate (scheduler/policies/prices.py, allox.efficient_types),
+and the starvation guard on heterogeneous devices (no Django)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.core.types import Device, PlacementKind, ReasonCode
+from scheduler.policies import allox, decide
+from scheduler.policies.prices import backlog_prices
+from tests.scheduler.builders import devices, pending, running, snapshot, started
+
+SPEED = {"v100": 1.0, "k80": 0.3}
+# Relative speeds (v100, k80) of two Gavel models: a Recommendation model runs faster on a
+# K80 than on a V100, a ResNet-50 at a seventh of its V100 speed.
+RECOMMENDATION = (("k80", 1.4), ("v100", 1.0))
+RESNET = (("k80", 0.14), ("v100", 1.0))
+
+
+def profile(pairs: tuple[tuple[str, float], ...]) -> dict[str, float]:
+    return dict(pairs)
+
+
+def test_prices_put_each_model_on_the_type_where_it_is_worth_most() -> None:
+    devs = devices({"nv": ("v100", 2), "nk": ("k80", 2)}, SPEED)
+    # Recommendation work fills the K80s and spills onto the V100s, so it is indifferent
+    # between them: the K80 is priced at 1.4 V100s, and a ResNet makes 0.1 of its V100 value
+    # there.
+    prices = backlog_prices([(profile(RECOMMENDATION), 3000.0), (profile(RESNET), 1000.0)], devs)
+    assert prices is not None
+    assert prices.prices == pytest.approx({"v100": 1.0 / 1.4, "k80": 1.0})
+    assert prices.efficiency(profile(RESNET)) == pytest.approx({"v100": 1.0, "k80": 0.1})
+    assert prices.eligible(profile(RESNET), 0.9) == ("v100",)
+    assert prices.eligible(profile(RECOMMENDATION), 0.9) == ("k80", "v100")
+    # A gate of 0 keeps every type a job can run on.
+    assert prices.eligible(profile(RESNET), 0.0) == ("k80", "v100")
+
+
+def test_prices_need_two_types_and_some_work() -> None:
+    one_type = devices({"nv": ("v100", 2)}, SPEED)
+    two_types = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    assert backlog_prices([(profile(RESNET), 1000.0)], one_type) is None
+    assert backlog_prices([], two_types) is None
+    assert backlog_prices([(profile(RESNET), 0.0)], two_types) is None
+
+
+def test_with_little_work_for_it_the_k80_is_shared_out() -> None:
+    # Not enough Recommendation work to fill the K80s: the LP gives ResNet the rest of
+    # them, so at these prices a ResNet is efficient on a K80 too.
+    devs = devices({"nv": ("v100", 2), "nk": ("k80", 2)}, SPEED)
+    prices = backlog_prices([(profile(RECOMMENDATION), 1000.0), (profile(RESNET), 1000.0)], devs)
+    assert prices is not None
+    assert prices.eligible(profile(RESNET), 0.9) == ("k80", "v100")
+
+
+def test_a_type_nobody_can_use_costs_nothing_and_is_open_to_all() -> None:
+    devs = (Device(0, "a", "v100", 1.0), Device(1, "b", "k80", 0.3))
+    prices = backlog_prices([({"v100": 1.0}, 1000.0)], devs)
+    assert prices is not None
+    assert prices.prices["k80"] == 0.0
+    assert prices.efficiency({"v100": 1.0, "k80": 0.1}) == {"v100": 1.0, "k80": 1.0}
+
+
+def _queue(resnets: int, recommendations: int = 3) -> list:
+    """A ResNet job busy on device 0; waiting: `resnets` ResNet jobs, then Recommendation
+    jobs (enough of them that the K80 is contested)."""
+    jobs = [running(9, (0,), throughputs=RESNET, started_at=9_999.0)]
+    jobs += [pending(i, 1, throughputs=RESNET) for i in range(1, resnets + 1)]
+    jobs += [
+        pending(resnets + 1 + i, 1, throughputs=RECOMMENDATION) for i in range(recommendations)
+    ]
+    return jobs
+
+
+def test_under_a_queue_a_waiting_job_only_takes_types_it_is_efficient_on() -> None:
+    # One K80 free, four jobs waiting: the K80 goes to a Recommendation job, and the ResNet
+    # job (first in the order) waits for a V100 instead of crawling at 0.14x.
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    snap = snapshot(_queue(1), devs, placement=PlacementKind.ALLOX)
+    narrowed = allox.efficient_types(snap)
+    assert narrowed.job_by_id[1].accepted_types == ("v100",)
+    assert narrowed.job_by_id[2].accepted_types == ()  # efficient on both: unchanged
+    assert narrowed.job_by_id[9] == snap.job_by_id[9]  # running jobs are left alone
+    decisions = decide(snap)
+    assert len(started(decisions)) == 1
+    assert set(started(decisions)) <= {2, 3, 4}
+    hold = {h.job_id: h.reason for h in decisions.holds}[1]
+    assert hold.code is ReasonCode.WAITING_FOR_RESOURCES
+    assert "v100" in hold.detail
+
+
+def test_without_a_queue_or_without_allox_nothing_is_narrowed() -> None:
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 2)}, SPEED)
+    # Two K80s free for two waiting jobs: no queue, both start.
+    room = snapshot(_queue(1, 1), devs, placement=PlacementKind.ALLOX)
+    assert allox.efficient_types(room) is room
+    assert set(started(decide(room))) == {1, 2}
+    crowded = _queue(2)
+    best_fit = snapshot(crowded, devs, placement=PlacementKind.BEST_FIT)
+    assert allox.efficient_types(best_fit) is best_fit
+
+
+def test_the_gate_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    snap = snapshot(_queue(1), devs, placement=PlacementKind.ALLOX)
+    monkeypatch.setattr(allox, "EFFICIENCY_GATE", None)
+    assert allox.efficient_types(snap) is snap
+
+
+NOW = 10_000.0
+
+
+def test_a_starving_job_that_prefers_to_wait_for_its_type_reserves_nothing_elsewhere() -> None:
+    # The starving ResNet job waits for a V100 (all busy with jobs of its own queue). A job
+    # behind it that runs well on the free K80 is not in its way: it starts, not Reserved.
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    jobs = [
+        running(9, (0,), throughputs=RESNET, attained_service=0.0),
+        pending(1, 1, throughputs=RESNET, pending_since=NOW - 5000.0, submit_time=1.0),
+        pending(
+            2,
+            1,
+            throughputs=RECOMMENDATION,
+            pending_since=NOW - 10.0,
+            submit_time=2.0,
+            attained_service=20_000.0,
+            service_since_promotion=20_000.0,
+            queue_level=2,
+        ),
+    ]
+    snap = snapshot(jobs, devs, now=NOW, placement=PlacementKind.ALLOX, gpulab_defaults=True)
+    decisions = decide(snap)
+    assert set(started(decisions)) == {2}
+    assert all(h.reason.code is not ReasonCode.RESERVED for h in decisions.holds)
+
+
+def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Long Recommendation work holds a K80 and will need K80 time for long, so a K80 is worth
+    # 1.4 V100s. Two ResNet jobs wait; the V100 is busy for long. Without the gate AlloX
+    # would start a ResNet on the free K80 at 0.14x; with it the ResNets wait for the V100.
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 2)}, SPEED)
+    jobs = [
+        running(9, (0,), throughputs=RESNET, attained_service=1e6),
+        running(10, (1,), throughputs=RECOMMENDATION, attained_service=3e6),
+        pending(1, 1, throughputs=RESNET),
+        pending(2, 1, throughputs=RESNET),
+    ]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    assert started(decide(snap)) == {}
+    monkeypatch.setattr(allox, "EFFICIENCY_GATE", None)
+    assert started(decide(snap)) == {1: (2,)}
