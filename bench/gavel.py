@@ -17,6 +17,8 @@ Cells (each a full replay through `scheduler.sim.engine` with the live policy co
 - `las+allox-tiresias`: the default placement under Tiresias' own rules (2 queues at
   3600 GPU-s, knob 8, no churn control, no starvation guard): the default before them.
 - `las+allox-noguard`: the default without the starvation guard.
+- `las+allox-nogate`: the default without the efficiency gate (`allox_efficiency_gate = 0`:
+  under a queue a waiting job may take any type, as before 2026-11-23's second session).
 
 Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
@@ -54,12 +56,14 @@ CELLS = (
     "las+allox-pass",
     "las+allox-tiresias",
     "las+allox-noguard",
+    "las+allox-nogate",
 )
 # Ablations of the default's settings (the module switches are set in `run_one`).
 CELL_OVERRIDES: dict[str, Mapping[str, object]] = {
     # The default before churn control (issue 3's previous sessions): Tiresias' rules.
     "las+allox-tiresias": TIRESIAS_RULES,
     "las+allox-noguard": {"starvation_seconds": 0.0},
+    "las+allox-nogate": {"allox_efficiency_gate": 0.0},
 }
 ANCHORS = {
     # Gavel paper (seed 0), 5.6 jobs/hour, hours: (average JCT, worst JCT), as quoted in issue 3.

@@ -114,6 +114,7 @@ class SchedulerSettingsForm(forms.ModelForm):
             "restore_cost_seconds": "Restore cost (seconds)",
             "allox_alpha": "AlloX alpha",
             "allox_window": "AlloX window",
+            "allox_efficiency_gate": "AlloX efficiency gate",
             "round_interval_seconds": "Round interval (seconds)",
             "preemption_grace_seconds": "Preemption grace (seconds)",
         }
@@ -129,12 +130,15 @@ class SchedulerSettingsForm(forms.ModelForm):
             "below its own; 1 = any lower queue (Tiresias).",
             "max_victims": "Running jobs one waiting job may preempt in a round; 0 = no "
             "limit. A starving job is exempt.",
-            "starvation_seconds": "A job pending this long is starving: it preempts without "
-            "the margin or the victim limit, and while it waits for GPUs no job of a lower "
-            "queue starts ahead of it. 0 = off.",
+            "starvation_seconds": "A multi-GPU job pending this long is starving: it preempts "
+            "without the margin or the victim limit, and while it waits for GPUs no job of a "
+            "lower queue starts ahead of it. 0 = off.",
             "restore_cost_seconds": "Seconds of work a preempted job loses each time it "
             "resumes from its checkpoint (used for estimates and by the simulator).",
             "allox_window": "Pending jobs considered per AlloX matching.",
+            "allox_efficiency_gate": "While jobs wait for GPUs, each job only takes GPU types "
+            "where it makes at least this share of its best value at the queue's prices "
+            "(a K80 goes to a model that runs well on it). 0 = off.",
             "round_interval_seconds": "Seconds between timer-triggered scheduling rounds.",
         }
 

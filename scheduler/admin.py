@@ -41,7 +41,10 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Fairness and AlloX", {"fields": ["fairness", "allox_alpha", "allox_window"]}),
+        (
+            "Fairness and AlloX",
+            {"fields": ["fairness", "allox_alpha", "allox_window", "allox_efficiency_gate"]},
+        ),
         ("Loop", {"fields": ["round_interval_seconds", "preemption_grace_seconds"]}),
     ]
 

@@ -64,8 +64,8 @@ class SchedulerConfig(models.Model):
         default=3600.0,
         validators=[MinValueValidator(0.0)],
         help_text=(
-            "A job pending this long is starving: no margin, no victim limit, GPUs kept "
-            "for it; 0 = off."
+            "A multi-GPU job pending this long is starving: no margin, no victim limit, "
+            "GPUs kept for it; 0 = off."
         ),
     )
     restore_cost_seconds = models.FloatField(default=30.0, validators=[MinValueValidator(0.0)])
@@ -75,6 +75,14 @@ class SchedulerConfig(models.Model):
         help_text="Share of users (lowest usage first) whose jobs enter the AlloX matching.",
     )
     allox_window = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    allox_efficiency_gate = models.FloatField(
+        default=0.9,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text=(
+            "While jobs wait, a job only takes GPU types where it makes at least this share "
+            "of its best value at the queue's prices; 0 = off."
+        ),
+    )
     round_interval_seconds = models.FloatField(default=10.0, validators=[MinValueValidator(1.0)])
     preemption_grace_seconds = models.PositiveIntegerField(
         default=30, help_text="SIGTERM, then this long to checkpoint, then kill."

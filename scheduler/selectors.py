@@ -34,6 +34,7 @@ def scheduler_settings_from(config: SchedulerConfig) -> SchedulerSettings:
         restore_cost=config.restore_cost_seconds,
         allox_alpha=config.allox_alpha,
         allox_window=config.allox_window,
+        allox_efficiency_gate=config.allox_efficiency_gate,
     )
 
 

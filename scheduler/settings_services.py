@@ -33,6 +33,7 @@ EDITABLE_FIELDS = (
     "restore_cost_seconds",
     "allox_alpha",
     "allox_window",
+    "allox_efficiency_gate",
     "round_interval_seconds",
     "preemption_grace_seconds",
 )

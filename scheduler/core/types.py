@@ -164,7 +164,8 @@ class SchedulerSettings:
     preempt_patience: float = 600.0
     preempt_margin: int = 3
     max_victims: int = 1
-    # Starvation guard: a job pending `starvation_seconds` in one spell preempts any lower
+    # Starvation guard: a multi-GPU job pending `starvation_seconds` in one spell (a
+    # single-GPU job cannot be passed over by backfill, `las.starving_jobs`) preempts any lower
     # queue, the widest victims first, with no victim limit, and while it cannot start no
     # job of a lower queue starts behind it (a reservation: otherwise small jobs keep
     # refilling the devices a 16-GPU job is waiting for). 0 = off.
@@ -172,6 +173,10 @@ class SchedulerSettings:
     restore_cost: float = 30.0  # seconds of service lost per resume (simulator; estimates)
     allox_alpha: float = 0.5
     allox_window: int = 50
+    # AlloX efficiency gate: under a queue, a waiting job only takes device types where it is
+    # at least this efficient at the backlog's prices (scheduler/policies/prices.py), so a
+    # K80 goes to a model that runs well there, not to a ResNet at 0.14x. 0 = off.
+    allox_efficiency_gate: float = 0.9
     gittins_history: int = 1000  # finished jobs the size distribution is learned from
     gittins_min_samples: int = 50  # below this, the shipped prior is used
 

@@ -679,23 +679,25 @@ def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
 # type for its run, so before the pass it narrows each waiting job to the types where it is
 # efficient at the backlog's prices (`prices.backlog_prices`). Measured on Gavel's cell at
 # 5.6 jobs/h (bench/README-gavel.md).
-# A waiting job keeps the types where it is at least this efficient; None = off.
-EFFICIENCY_GATE: float | None = 0.9
 
 
 def efficient_types(snapshot: Snapshot) -> Snapshot:
     """`snapshot` with each waiting job's accepted types narrowed by the efficiency gate.
 
     Steps:
-    1. Only with AlloX placement, the gate on, and a queue: waiting jobs ask for more
-       devices than are free (without one every job starts anyway, and narrowing would
-       only leave devices idle).
+    1. Only with AlloX placement, the gate on (`allox_efficiency_gate` > 0), and a queue:
+       waiting jobs ask for more devices than are free (without one every job starts
+       anyway, and narrowing would only leave devices idle).
     2. Prices from every job still to serve, waiting or running, each weighted by its
        expected remaining work (`backlog_prices`); none with a single device type.
     3. Each waiting job keeps the types it accepts where its efficiency is at least
-       `EFFICIENCY_GATE` (never none: its most efficient type always qualifies).
+       `allox_efficiency_gate` (never none: its most efficient type always qualifies).
+
+    Jobs are grouped by (throughputs, accepted types), so a 10,000-job queue of a few models
+    costs a few profile computations and one small LP.
     """
-    if EFFICIENCY_GATE is None or snapshot.settings.placement is not PlacementKind.ALLOX:
+    gate = snapshot.settings.allox_efficiency_gate
+    if gate <= 0 or snapshot.settings.placement is not PlacementKind.ALLOX:
         return snapshot
     node_ok = {node.name: node.schedulable for node in snapshot.nodes}
     schedulable = [d for d in snapshot.devices if node_ok.get(d.node, True)]
@@ -706,32 +708,33 @@ def efficient_types(snapshot: Snapshot) -> Snapshot:
         return snapshot
     type_speeds = _type_speeds(schedulable)
     estimator = RemainingService.from_snapshot(snapshot)
-    prices = backlog_prices(
-        (
-            (job_profile(job, type_speeds), estimator.expected(job.attained_service) * job.num_gpus)
-            for job in snapshot.jobs
-        ),
-        schedulable,
-    )
+    Kind = tuple[tuple[tuple[str, float], ...], tuple[str, ...]]
+    work: dict[Kind, float] = {}
+    for job in snapshot.jobs:
+        kind = (job.throughputs, job.accepted_types)
+        remaining = estimator.expected(job.attained_service) * job.num_gpus
+        work[kind] = work.get(kind, 0.0) + remaining
+    profiles = {kind: job_profile(kind[0], kind[1], type_speeds) for kind in work}
+    prices = backlog_prices(((profiles[kind], w) for kind, w in work.items()), schedulable)
     if prices is None:
         return snapshot
-    narrowed: dict[tuple[tuple[str, float], ...], tuple[str, ...]] = {}
-    jobs: list[Job] = []
-    changed = False
-    for job in snapshot.jobs:
-        if not job.is_running:
-            profile = job_profile(job, type_speeds)
-            key = tuple(sorted(profile.items()))
-            if key not in narrowed:
-                narrowed[key] = prices.eligible(profile, EFFICIENCY_GATE)
-            eligible = narrowed[key]
-            if eligible and set(eligible) != set(profile):
-                # Keep the job's own order of preference.
-                order = job.accepted_types or tuple(type_speeds)
-                job = replace(job, accepted_types=tuple(t for t in order if t in eligible))
-                changed = True
-        jobs.append(job)
-    return replace(snapshot, jobs=tuple(jobs)) if changed else snapshot
+    narrowed: dict[Kind, tuple[str, ...] | None] = {}
+    for kind, profile in profiles.items():
+        eligible = prices.eligible(profile, gate)
+        if eligible and set(eligible) != set(profile):
+            order = kind[1] or tuple(type_speeds)  # keep the job's own order of preference
+            narrowed[kind] = tuple(t for t in order if t in eligible)
+        else:
+            narrowed[kind] = None
+    if not any(narrowed.values()):
+        return snapshot
+    jobs = tuple(
+        job
+        if job.is_running or (types := narrowed[(job.throughputs, job.accepted_types)]) is None
+        else replace(job, accepted_types=types)
+        for job in snapshot.jobs
+    )
+    return replace(snapshot, jobs=jobs)
 
 
 def explain_narrowing(original: Snapshot, narrowed: Snapshot, decisions: Decisions) -> Decisions:

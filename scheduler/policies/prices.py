@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linprog
 
-from scheduler.core.types import Device, Job
+from scheduler.core.types import Device
 
 # Groups are speed profiles rounded to this many decimals, so jobs of one model share a row
 # and the LP stays small (26 rows on Gavel's workload) whatever the queue length.
@@ -122,12 +122,16 @@ def backlog_prices(
     return TypePrices({name: max(float(duals[t]) / top, 0.0) for t, name in enumerate(types)})
 
 
-def job_profile(job: Job, type_speeds: dict[str, float]) -> dict[str, float]:
-    """`job`'s speed on each type of the cluster it accepts (measured, else the type's)."""
-    measured = dict(job.throughputs)
-    accepted = set(job.accepted_types) if job.accepted_types else None
+def job_profile(
+    throughputs: Sequence[tuple[str, float]],
+    accepted_types: Sequence[str],
+    type_speeds: dict[str, float],
+) -> dict[str, float]:
+    """A job's speed on each type of the cluster it accepts: measured (`Job.throughputs`),
+    else the type's admin-set speed; `accepted_types` empty = every type."""
+    measured = dict(throughputs)
     return {
         t: measured.get(t, speed)
         for t, speed in type_speeds.items()
-        if accepted is None or t in accepted
+        if not accepted_types or t in accepted_types
     }

@@ -80,6 +80,10 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
             "queue_entered_at": draw(st.sampled_from([0.0, 5.0])),
             "preemptible": draw(st.booleans()) or True,
             "total_work": draw(st.sampled_from([None, 500.0, 50_000.0])),
+            # Measured speeds per type (AlloX and the efficiency gate read them).
+            "throughputs": draw(
+                st.sampled_from([(), (("a100", 2.0), ("v100", 0.4)), (("v100", 1.5),)])
+            ),
         }
         if takeable and draw(st.booleans()):
             gpus = draw(st.integers(1, min(4, len(takeable))))
@@ -146,6 +150,7 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
             preempt_margin=draw(st.sampled_from([1, 2, 3])),
             max_victims=draw(st.sampled_from([0, 1])),
             starvation_seconds=draw(st.sampled_from([0.0, 3600.0])),
+            allox_efficiency_gate=draw(st.sampled_from([0.0, 0.9])),
         ),
         busy_device_ids=busy,
         finished_job_sizes=tuple(draw(st.lists(st.sampled_from([100.0, 5000.0]), max_size=60))),
@@ -245,6 +250,7 @@ def test_devices_are_only_reserved_behind_a_starving_job_held_for_capacity(
             continue
         blocker = int(hold.reason.detail.split("job ", 1)[1].split(",", 1)[0])
         assert limit > 0
+        assert snap.job_by_id[blocker].num_gpus > 1  # only wide jobs can starve
         assert position[blocker] < position[hold.job_id]
         assert holds[blocker].reason.code in (ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES)
 

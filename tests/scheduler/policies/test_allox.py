@@ -7,7 +7,7 @@ import math
 import pytest
 
 from scheduler.core.types import Consolidation, Job, PlacementKind
-from scheduler.policies import allox, decide
+from scheduler.policies import decide
 from scheduler.policies.allox import (
     RemainingService,
     allox_place,
@@ -287,13 +287,10 @@ def test_busy_devices_can_be_offered_as_delayed_slots() -> None:
     assert place([job], free, snap, offer_busy=True) == {}
 
 
-def test_rematch_lets_a_job_further_back_take_the_device_it_loses_least_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_rematch_lets_a_job_further_back_take_the_device_it_loses_least_on() -> None:
     # The pass picks the head job for the only free device (a K80); the rematch sees the
     # window and starts the job that barely slows down there instead. (The efficiency gate,
     # tested in test_efficiency_gate.py, would narrow job 1 to V100s before the pass.)
-    monkeypatch.setattr(allox, "EFFICIENCY_GATE", None)
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
     busy_job = running(9, (0,), attained_service=10.0, started_at=9_999.0)
     jobs: list[Job] = [
@@ -301,7 +298,7 @@ def test_rematch_lets_a_job_further_back_take_the_device_it_loses_least_on(
         pending(1, 1, throughputs=speeds(k80=0.1)),
         pending(2, 1, throughputs=speeds(k80=0.9)),
     ]
-    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX, allox_efficiency_gate=0.0)
     base = pass_only(snap)
     assert {s.job_id for s in base.starts} == {1}
     rematched = allox_rematch(snap, base)

@@ -100,10 +100,9 @@ def test_without_a_queue_or_without_allox_nothing_is_narrowed() -> None:
     assert allox.efficient_types(best_fit) is best_fit
 
 
-def test_the_gate_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_gate_can_be_switched_off() -> None:
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
-    snap = snapshot(_queue(1), devs, placement=PlacementKind.ALLOX)
-    monkeypatch.setattr(allox, "EFFICIENCY_GATE", None)
+    snap = snapshot(_queue(1), devs, placement=PlacementKind.ALLOX, allox_efficiency_gate=0.0)
     assert allox.efficient_types(snap) is snap
 
 
@@ -134,9 +133,7 @@ def test_a_starving_job_that_prefers_to_wait_for_its_type_reserves_nothing_elsew
     assert all(h.reason.code is not ReasonCode.RESERVED for h in decisions.holds)
 
 
-def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted() -> None:
     # Long Recommendation work holds a K80 and will need K80 time for long, so a K80 is worth
     # 1.4 V100s. Two ResNet jobs wait; the V100 is busy for long. Without the gate AlloX
     # would start a ResNet on the free K80 at 0.14x; with it the ResNets wait for the V100.
@@ -149,5 +146,5 @@ def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted(
     ]
     snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
     assert started(decide(snap)) == {}
-    monkeypatch.setattr(allox, "EFFICIENCY_GATE", None)
-    assert started(decide(snap)) == {1: (2,)}
+    off = snapshot(jobs, devs, placement=PlacementKind.ALLOX, allox_efficiency_gate=0.0)
+    assert started(decide(off)) == {1: (2,)}
