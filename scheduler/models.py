@@ -76,7 +76,7 @@ class SchedulerConfig(models.Model):
     )
     allox_window = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
     allox_efficiency_gate = models.FloatField(
-        default=0.9,
+        default=1.0,
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text=(
             "While jobs wait, a job only takes GPU types where it makes at least this share "
@@ -101,6 +101,10 @@ class SchedulerConfig(models.Model):
             models.CheckConstraint(
                 condition=Q(allox_alpha__gt=0) & Q(allox_alpha__lte=1),
                 name="schedulerconfig_alpha_0_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(allox_efficiency_gate__gte=0) & Q(allox_efficiency_gate__lte=1),
+                name="schedulerconfig_efficiency_gate_0_1",
             ),
             models.CheckConstraint(
                 condition=Q(min_runtime_seconds__gte=0) & Q(restore_cost_seconds__gte=0),

@@ -175,8 +175,10 @@ class SchedulerSettings:
     allox_window: int = 50
     # AlloX efficiency gate: under a queue, a waiting job only takes device types where it is
     # at least this efficient at the backlog's prices (scheduler/policies/prices.py), so a
-    # K80 goes to a model that runs well there, not to a ResNet at 0.14x. 0 = off.
-    allox_efficiency_gate: float = 0.9
+    # K80 goes to a model that runs well there, not to a ResNet at 0.14x. 1 = only the types
+    # the backlog's optimal allocation gives its kind of job (measured best on Gavel's cell,
+    # bench/README-gavel.md); 0 = off.
+    allox_efficiency_gate: float = 1.0
     gittins_history: int = 1000  # finished jobs the size distribution is learned from
     gittins_min_samples: int = 50  # below this, the shipped prior is used
 

@@ -751,8 +751,10 @@ def explain_narrowing(original: Snapshot, narrowed: Snapshot, decisions: Decisio
             and after[job_id].accepted_types != before[job_id].accepted_types
         ):
             types = ", ".join(after[job_id].accepted_types)
-            detail = f"{hold.reason.detail}; while others wait it only takes {types}, where "
-            detail += "it makes the most of the devices"
+            detail = (
+                f"{hold.reason.detail}; while jobs wait it only takes {types}, where it does "
+                "the most for the queue (efficiency gate)"
+            )
             hold = replace(hold, reason=Reason(hold.reason.code, detail))
         holds.append(hold)
     return replace(decisions, holds=tuple(holds))

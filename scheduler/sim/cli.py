@@ -136,8 +136,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sched.add_argument(
         "--starvation",
         type=float,
-        help="seconds pending before the starvation guard protects a job, 0 = off "
+        help="seconds pending before the starvation guard protects a multi-GPU job, 0 = off "
         "[3600; reference 0]",
+    )
+    sched.add_argument(
+        "--efficiency-gate",
+        type=float,
+        help="AlloX placement under a queue: a waiting job only takes device types where it "
+        "makes at least this share of its best value at the queue's prices, 0 = off [1]",
     )
     sched.add_argument(
         "--min-runtime",
@@ -296,6 +302,11 @@ def resolve(options: argparse.Namespace) -> Experiment:
         raise UsageError("--patience, --starvation and --max-victims must be >= 0")
     if margin < 1:
         raise UsageError("--margin must be >= 1")
+    gate = float(
+        pick(options.efficiency_gate, base.allox_efficiency_gate, base.allox_efficiency_gate)
+    )
+    if not 0.0 <= gate <= 1.0:
+        raise UsageError("--efficiency-gate must be in [0, 1]")
     if not 0.0 <= fairness <= 1.0:
         raise UsageError("--fairness must be in [0, 1]")
     if options.placement:
@@ -320,6 +331,7 @@ def resolve(options: argparse.Namespace) -> Experiment:
             preempt_margin=margin,
             max_victims=max_victims,
             starvation_seconds=starvation,
+            allox_efficiency_gate=gate,
         )
         label = name if placement is None else f"{name}@{chosen.value}"
         if any(existing == label for existing, _ in runs):
@@ -347,6 +359,7 @@ def resolve(options: argparse.Namespace) -> Experiment:
         "preempt_margin": margin,
         "max_victims": max_victims,
         "starvation_seconds": starvation,
+        "allox_efficiency_gate": gate,
     }
     return Experiment(trace, cluster, runs, config, description)
 

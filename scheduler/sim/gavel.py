@@ -38,10 +38,14 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from scheduler.core.types import Decisions, PlacementKind, SchedulerSettings, Snapshot
 from scheduler.sim.throughputs import REFERENCE_TYPE, ThroughputTable, load_throughputs
 from scheduler.sim.traces import TraceJob
+
+if TYPE_CHECKING:
+    from scheduler.sim.engine import JobRecord
 
 # Gavel's JobTable, in its order (the order matters: `rng.choice` indexes into it).
 # (model, distributed): Recommendation, A3C and CycleGAN only run on one GPU.
@@ -198,6 +202,7 @@ def run_cell(
     progress: bool = False,
     decide: Callable[[Snapshot], Decisions] | None = None,
     users: str = "per-job",
+    records_out: list[JobRecord] | None = None,
 ) -> GavelRun:
     """Replay Gavel's workload under `settings`; JCT statistics over the window jobs.
 
@@ -207,6 +212,8 @@ def run_cell(
        `decide` when given), stopping at that horizon or as soon as every window job has
        finished, whichever comes first.
     3. Average and maximum JCT of jobs [window[0], window[1]), in hours.
+
+    `records_out`, when given, receives every job's record (for per-job analysis).
     """
     from scheduler.sim.engine import SimConfig, simulate
     from scheduler.sim.throughputs import gavel_cluster
@@ -228,6 +235,8 @@ def run_cell(
         stop_when_finished=frozenset(range(window[0], window[1])),
     )
     result = simulate(trace, cluster, settings, config=config, decide=decide)
+    if records_out is not None:
+        records_out.extend(result.records)
     in_window = [r for r in result.records if window[0] <= r.id < window[1]]
     done = [r.jct for r in in_window if r.jct is not None]
     unfinished = len(in_window) - len(done)

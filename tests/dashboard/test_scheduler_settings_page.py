@@ -30,6 +30,7 @@ DEFAULTS = {
     "restore_cost_seconds": "30",
     "allox_alpha": "0.5",
     "allox_window": "50",
+    "allox_efficiency_gate": "1",
     "round_interval_seconds": "10",
     "preemption_grace_seconds": "30",
 }
@@ -133,6 +134,7 @@ def test_posting_the_current_values_writes_nothing(lab_admin):
         ({"preempt_margin": "0"}, "preempt_margin"),
         ({"max_victims": "-1"}, "max_victims"),
         ({"starvation_seconds": "-60"}, "starvation_seconds"),
+        ({"allox_efficiency_gate": "2"}, "allox_efficiency_gate"),
     ],
 )
 def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, field):
@@ -157,6 +159,7 @@ def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, 
         ({"preempt_margin": 0}, "preempt_margin"),
         ({"preempt_patience_seconds": -1.0}, "preempt_patience_seconds"),
         ({"starvation_seconds": -60.0}, "starvation_seconds"),
+        ({"allox_efficiency_gate": 1.5}, "allox_efficiency_gate"),
         ({"updated_at": None}, "updated_at"),
         ({"nonsense": 1}, "nonsense"),
     ],

@@ -187,7 +187,11 @@ def test_the_stored_defaults_are_the_policy_defaults():
 @pytest.mark.django_db
 def test_the_churn_control_settings_reach_the_policy():
     configure(
-        preempt_patience_seconds=120.0, preempt_margin=2, max_victims=0, starvation_seconds=0.0
+        preempt_patience_seconds=120.0,
+        preempt_margin=2,
+        max_victims=0,
+        starvation_seconds=0.0,
+        allox_efficiency_gate=0.0,
     )
     settings = scheduler_settings_from(scheduler_config_get())
     assert (
@@ -195,7 +199,8 @@ def test_the_churn_control_settings_reach_the_policy():
         settings.preempt_margin,
         settings.max_victims,
         settings.starvation_seconds,
-    ) == (120.0, 2, 0, 0.0)
+        settings.allox_efficiency_gate,
+    ) == (120.0, 2, 0, 0.0, 0.0)
 
 
 @pytest.mark.django_db
@@ -239,6 +244,8 @@ def test_the_snapshot_gives_a_pending_job_the_start_of_its_wait_and_a_running_jo
         ("preempt_patience_seconds", -1.0),
         ("starvation_seconds", -1.0),
         ("max_victims", -1),
+        ("allox_efficiency_gate", 1.5),
+        ("allox_efficiency_gate", -0.1),
     ],
 )
 @pytest.mark.django_db
@@ -311,7 +318,7 @@ def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refu
         "fairness": "0.5", "allox_alpha": "0.5", "allox_window": "50",
         "round_interval_seconds": "5", "preemption_grace_seconds": "10",
         "preempt_patience_seconds": "600", "preempt_margin": "3", "max_victims": "1",
-        "starvation_seconds": "3600",
+        "starvation_seconds": "3600", "allox_efficiency_gate": "0.5",
     }  # fmt: skip
     response = client.post("/admin/scheduler/schedulerconfig/1/change/", form)
     assert response.status_code == 302

@@ -62,6 +62,8 @@ def test_reference_mode_sets_the_tiresias_setting_and_flags_override_it(trace: P
     assert settings.restore_cost == 0 and settings.min_runtime == 0
     assert settings.placement.value == "gpu-count"
     override = resolve(build_parser().parse_args([*args, "--restore-cost", "30", "--knob", "8"]))
+    gate = resolve(build_parser().parse_args([*args, "--efficiency-gate", "0.5"]))
+    assert gate.runs[0][1].allox_efficiency_gate == 0.5
     assert override.runs[0][1].restore_cost == 30
     assert override.runs[0][1].promote_knob == 8
 
@@ -82,6 +84,7 @@ def test_policy_names_accept_aliases_and_per_policy_placement() -> None:
         (["--queues", "7200,3600"], "thresholds must increase"),
         (["--knob", "lots"], "a number or 'off'"),
         (["--cluster", "1,1,1,8,64"], "need more GPUs than the cluster has"),
+        (["--efficiency-gate", "1.5"], "--efficiency-gate must be in [0, 1]"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(
