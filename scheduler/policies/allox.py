@@ -52,6 +52,13 @@ What gpulab adds, and why:
   slow device counts for less; only jobs of the ⌈α × users⌉ lowest-L users are matched, and α
   doubles while nothing can be placed, until it exceeds 1. Equal scores keep priority order.
 
+**Before the pass (`efficient_types`).** Under a queue, a free device is worth what the
+queue would make of it, not only what the first job in line would: the efficiency gate
+prices device types from the backlog (`scheduler/policies/prices.py`, an LP's duals) and
+narrows each waiting job to the types where it does the most per price, so a K80 goes to a
+model that runs well on it and a ResNet waits for a V100 (Gavel's comparative advantage,
+without its time slicing).
+
 **After the pass (`allox_rematch`, called by `las` and `gittins` with ALLOX placement).**
 Gavel's gain comes from choosing, among many waiting jobs, the one that suits the device
 that freed, and from never leaving a job on a slow device while a fast one idles. Two

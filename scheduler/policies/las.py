@@ -350,6 +350,8 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     """The Tiresias round shared by LAS and Gittins.
 
     Steps:
+    0. With AlloX placement and a queue, the efficiency gate (`allox.efficient_types`)
+       narrows each waiting job to the device types where it does the most for the queue.
     1. Queue levels after demotion and promotion (`tiresias_queues`).
     2. Priority order (`tiresias_order`).
     3. The pass. Tiresias lets a job preempt any job of a lower queue at once; gpulab adds
@@ -358,8 +360,9 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
        who gets the free devices, and moves running jobs to faster free devices.
     5. The starvation guard's reservation (`reserve_for_starving`) for the first starving
-       job the pass held for capacity.
-    6. `wake_at`: when a held job's patience or starvation clock runs out.
+       job the pass held for lack of room.
+    6. Hold reasons name the gate where it narrowed a job's types (`explain_narrowing`).
+    7. `wake_at`: when a held job's patience or starvation clock runs out.
     """
     original, snapshot = snapshot, efficient_types(snapshot)
     queues = tiresias_queues(snapshot)
