@@ -162,8 +162,9 @@ def starving_jobs(snapshot: Snapshot) -> frozenset[int]:
     next device of its type in priority order, and the knob promotes it once it has waited
     long against its run time. Exempting single-GPU jobs too turned the guard into churn
     among long jobs on Gavel's cell at 5.6 jobs/h (1,137 window preemptions and 23.5 h
-    against 592 and 22.3 h without it; bench/README-gavel.md) and changed nothing on the
-    contended Philly-like traces (bench/tiresias_compare.py: within 1.2 % on every figure).
+    against 592 and 22.3 h without it; bench/README-gavel.md) and moved the contended
+    Philly-like traces by at most 3.2 % (bench/tiresias_compare.py, seed 1: wait -1.2 %,
+    preemptions -3.2 %, 16-GPU JCT +2.4 %).
 
     The knob alone cannot protect a wide job that never ran (Tiresias only promotes jobs
     that have run), and a promoted job only reaches the tail of queue 0. Promoted jobs are
