@@ -28,7 +28,7 @@ reported as unfinished, never silently dropped.
 
 Differences from Gavel's simulator that matter when reading the numbers: Gavel allocates in
 360 s rounds with time-sharing (its LAS is max-min fairness over time fractions), gpulab runs
-event-driven Tiresias (2 queues, FIFO within a queue, no time slicing) with a 30 s restore cost
+event-driven Tiresias (12 queues, FIFO within a queue, no time slicing) with a 30 s restore cost
 per resume and a 5 min minimum runtime.
 """
 
