@@ -687,6 +687,9 @@ def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
 # efficient at the backlog's prices (`prices.backlog_prices`). Measured on Gavel's cell at
 # 5.6 jobs/h (bench/README-gavel.md).
 
+# Jobs with the same throughputs and accepted types share a speed profile, hence a verdict.
+_JobKind = tuple[tuple[tuple[str, float], ...], tuple[str, ...]]
+
 
 def efficient_types(snapshot: Snapshot) -> Snapshot:
     """`snapshot` with each waiting job's accepted types narrowed by the efficiency gate.
@@ -715,8 +718,7 @@ def efficient_types(snapshot: Snapshot) -> Snapshot:
         return snapshot
     type_speeds = _type_speeds(schedulable)
     estimator = RemainingService.from_snapshot(snapshot)
-    Kind = tuple[tuple[tuple[str, float], ...], tuple[str, ...]]
-    work: dict[Kind, float] = {}
+    work: dict[_JobKind, float] = {}
     for job in snapshot.jobs:
         kind = (job.throughputs, job.accepted_types)
         remaining = estimator.expected(job.attained_service) * job.num_gpus
@@ -725,7 +727,7 @@ def efficient_types(snapshot: Snapshot) -> Snapshot:
     prices = backlog_prices(((profiles[kind], w) for kind, w in work.items()), schedulable)
     if prices is None:
         return snapshot
-    narrowed: dict[Kind, tuple[str, ...] | None] = {}
+    narrowed: dict[_JobKind, tuple[str, ...] | None] = {}
     for kind, profile in profiles.items():
         eligible = prices.eligible(profile, gate)
         if eligible and set(eligible) != set(profile):

@@ -109,28 +109,56 @@ def test_the_gate_can_be_switched_off() -> None:
 NOW = 10_000.0
 
 
-def test_a_starving_job_that_prefers_to_wait_for_its_type_reserves_nothing_elsewhere() -> None:
-    # The starving ResNet job waits for a V100 (all busy with jobs of its own queue). A job
-    # behind it that runs well on the free K80 is not in its way: it starts, not Reserved.
-    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
-    jobs = [
-        running(9, (0,), throughputs=RESNET, attained_service=0.0),
-        pending(1, 1, throughputs=RESNET, pending_since=NOW - 5000.0, submit_time=1.0),
-        pending(
-            2,
-            1,
-            throughputs=RECOMMENDATION,
-            pending_since=NOW - 10.0,
-            submit_time=2.0,
-            attained_service=20_000.0,
-            service_since_promotion=20_000.0,
-            queue_level=2,
-        ),
+def _behind_a_starving_v100_job() -> list:
+    """Two V100s (one busy in queue 0) and two free K80s. Job 1 (2 × V100, queue 0) has
+    waited 5000 s: starving, and blocked (its only possible victim is in its own queue).
+    Behind it, in queue 3: job 2 wants a K80, job 3 a V100."""
+    lower = {
+        "pending_since": NOW - 10.0,
+        "attained_service": 20_000.0,
+        "service_since_promotion": 20_000.0,
+        "queue_level": 3,
+    }
+    return [
+        running(9, (0,), accepted_types=("v100",)),
+        pending(1, 2, accepted_types=("v100",), pending_since=NOW - 5000.0),
+        pending(2, 1, accepted_types=("k80",), **lower),
+        pending(3, 1, accepted_types=("v100",), **lower),
     ]
-    snap = snapshot(jobs, devs, now=NOW, placement=PlacementKind.ALLOX, gpulab_defaults=True)
+
+
+@pytest.mark.parametrize("placement", [PlacementKind.BEST_FIT, PlacementKind.ALLOX])
+def test_a_starving_job_keeps_only_devices_of_the_types_it_takes(
+    placement: PlacementKind,
+) -> None:
+    devs = devices({"nv": ("v100", 2), "nk": ("k80", 2)}, SPEED)
+    snap = snapshot(
+        _behind_a_starving_v100_job(), devs, now=NOW, placement=placement, gpulab_defaults=True
+    )
     decisions = decide(snap)
+    reasons = {h.job_id: h.reason for h in decisions.holds}
+    # The K80 job is not in job 1's way; the V100 job would take the V100 job 1 waits for.
     assert set(started(decisions)) == {2}
-    assert all(h.reason.code is not ReasonCode.RESERVED for h in decisions.holds)
+    assert reasons[3].code is ReasonCode.RESERVED
+    assert "job 1" in reasons[3].detail
+
+
+@pytest.mark.parametrize(("gpus", "preempts"), [(2, True), (1, False)])
+def test_only_a_multi_gpu_job_is_exempted_by_the_starvation_guard(
+    gpus: int, preempts: bool
+) -> None:
+    # Both V100s run jobs one queue below job 1, which has waited 5000 s. The margin (3
+    # queues) keeps an ordinary waiting job from preempting them; a starving job is exempt.
+    # A single-GPU job never starves (`las.starving_jobs`): it takes the next V100 to free.
+    one_below = {"attained_service": 4000.0, "service_since_promotion": 4000.0, "queue_level": 1}
+    jobs = [
+        running(8, (0,), **one_below),
+        running(9, (1,), **one_below),
+        pending(1, gpus, pending_since=NOW - 5000.0),
+    ]
+    devs = devices({"nv": ("v100", 2)}, SPEED)
+    decisions = decide(snapshot(jobs, devs, now=NOW, gpulab_defaults=True))
+    assert bool(decisions.preemptions) is preempts
 
 
 def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted() -> None:
