@@ -19,6 +19,9 @@ Cells (each a full replay through `scheduler.sim.engine` with the live policy co
 - `las+allox-noguard`: the default without the starvation guard.
 - `las+allox-nogate`: the default without the efficiency gate (`allox_efficiency_gate = 0`:
   under a queue a waiting job may take any type, as before 2026-11-23's second session).
+- `las+allox-noevict`: the default without eviction (`allox.EVICTION = False`: under a
+  queue a running job keeps a device it makes little of, as before 2026-11-23's third
+  session).
 
 Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
@@ -57,6 +60,7 @@ CELLS = (
     "las+allox-tiresias",
     "las+allox-noguard",
     "las+allox-nogate",
+    "las+allox-noevict",
 )
 # Ablations of the default's settings (the module switches are set in `run_one`).
 CELL_OVERRIDES: dict[str, Mapping[str, object]] = {
@@ -82,6 +86,7 @@ def run_one(
     # Module switches for the ablations; set on every run (pool workers are reused).
     allox.WINDOW_STEP = cell != "las+allox-pass"
     allox.MIGRATION = cell not in ("las+allox-nomove", "las+allox-pass")
+    allox.EVICTION = cell != "las+allox-noevict"
     return run_cell(
         cell if users == "per-job" else f"{cell}/{users}",
         experiment_settings(placement, **CELL_OVERRIDES.get(cell, {})),

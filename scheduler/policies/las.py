@@ -21,7 +21,12 @@ from scheduler.core.types import (
     ReasonCode,
     Snapshot,
 )
-from scheduler.policies.allox import allox_rematch, efficient_types, explain_narrowing
+from scheduler.policies.allox import (
+    allox_rematch,
+    efficiency_gate,
+    evict_inefficient,
+    explain_narrowing,
+)
 from scheduler.policies.base import run_pass
 from scheduler.policies.fairness import fair_share_order, normalized_usage
 from scheduler.policies.placement import (
@@ -359,13 +364,17 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
        churn control (`preemption_classes`: patience and a queue margin; `max_victims`)
        and the starvation guard (`starving_jobs`: no victim limit, widest victims first).
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
-       who gets the free devices, and moves running jobs to faster free devices.
+       who gets the free devices, and moves running jobs to faster free devices. Then,
+       while the gate is active, `evict_inefficient`: a waiting job takes the device of a
+       running job that makes much less of its type than the waiting job would.
     5. The starvation guard's reservation (`reserve_for_starving`) for the first starving
        job the pass held for lack of room.
     6. Hold reasons name the gate where it narrowed a job's types (`explain_narrowing`).
     7. `wake_at`: when a held job's patience or starvation clock runs out.
     """
-    original, snapshot = snapshot, efficient_types(snapshot)
+    original = snapshot
+    gate = efficiency_gate(snapshot)
+    snapshot = gate.snapshot
     queues = tiresias_queues(snapshot)
     ordered = tiresias_order(snapshot, queues, within_queue)
     levels = queues.levels
@@ -392,6 +401,7 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     )
     blocked = first_blocked_starving(snapshot, decisions, starving)
     decisions = allox_rematch(snapshot, decisions)
+    decisions = evict_inefficient(gate, decisions)
     decisions = reserve_for_starving(snapshot, decisions, levels, blocked)
     decisions = explain_narrowing(original, snapshot, decisions)
     return replace(decisions, wake_at=next_clock(snapshot, decisions))

@@ -8,7 +8,7 @@ import pytest
 from scheduler.core.types import Device, PlacementKind, ReasonCode
 from scheduler.policies import allox, decide
 from scheduler.policies.prices import backlog_prices
-from tests.scheduler.builders import devices, pending, running, snapshot, started
+from tests.scheduler.builders import devices, held, pending, preempted, running, snapshot, started
 
 SPEED = {"v100": 1.0, "k80": 0.3}
 # Relative speeds (v100, k80) of two Gavel models: a Recommendation model runs faster on a
@@ -176,3 +176,60 @@ def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted()
     assert started(decide(snap)) == {}
     off = snapshot(jobs, devs, placement=PlacementKind.ALLOX, allox_efficiency_gate=0.0)
     assert started(decide(off)) == {1: (2,)}
+
+
+def _resnet_on_a_k80(**k80_job: object) -> list:
+    """A ResNet on the V100 (device 0) and one on the K80 (device 1, at 0.14x); four
+    Recommendation jobs wait, more K80 work than the K80 can do, so a K80 is worth 1.4
+    V100s and the ResNet on it makes 0.1 of what the Recommendation jobs would."""
+    return [
+        running(8, (0,), throughputs=RESNET),
+        running(9, (1,), throughputs=RESNET, **k80_job),
+        *(pending(i, 1, throughputs=RECOMMENDATION) for i in range(1, 5)),
+    ]
+
+
+def test_a_job_that_wastes_its_device_gives_it_to_a_waiting_job_that_suits_it() -> None:
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    decisions = decide(snapshot(_resnet_on_a_k80(), devs, placement=PlacementKind.ALLOX))
+    # All jobs are in queue 0, so LAS itself preempts nobody: the eviction does.
+    assert started(decisions) == {1: (1,)}
+    assert preempted(decisions) == {9: 1}
+    reason = decisions.preemptions[0].reason
+    assert "10%" in reason and "efficiency gate" in reason
+    # The ResNet on the V100 is where the backlog wants it: it keeps running.
+    assert set(held(decisions)) == {2, 3, 4}
+
+
+@pytest.mark.parametrize(
+    ("settings", "k80_job"),
+    [
+        ({"allox_efficiency_gate": 0.0}, {}),  # gate off: no prices, no eviction
+        ({"placement": PlacementKind.BEST_FIT}, {}),  # the gate is AlloX's
+        ({"min_runtime": 300.0}, {"started_at": 10_000.0 - 60.0}),  # inside its min runtime
+        ({}, {"preemptible": False}),
+    ],
+)
+def test_no_eviction_without_the_gate_or_from_a_protected_job(
+    settings: dict, k80_job: dict
+) -> None:
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
+    settings = {"placement": PlacementKind.ALLOX, **settings}
+    decisions = decide(snapshot(_resnet_on_a_k80(**k80_job), devs, **settings))
+    assert started(decisions) == {}
+    assert preempted(decisions) == {}
+
+
+def test_a_gang_is_not_evicted() -> None:
+    devs = devices({"nv": ("v100", 1), "nk": ("k80", 2)}, SPEED)
+    jobs = [
+        running(8, (0,), throughputs=RESNET),
+        running(9, (1, 2), throughputs=RESNET),
+        *(pending(i, 1, throughputs=RECOMMENDATION) for i in range(10, 20)),
+    ]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    # At these prices the ResNet gang wastes its K80s (a single-GPU job there would go).
+    prices = allox.efficiency_gate(snap).prices
+    assert prices is not None
+    assert prices.efficiency(profile(RESNET))["k80"] == pytest.approx(0.1)
+    assert preempted(decide(snap)) == {}
