@@ -22,6 +22,8 @@ Cells (each a full replay through `scheduler.sim.engine` with the live policy co
 - `las+allox-noevict`: the default without eviction (`allox.EVICTION = False`: under a
   queue a running job keeps a device it makes little of, as before 2026-11-23's third
   session).
+- `las+allox-nolend`: the default without lending idle devices (`allox.FILL_FLOOR = None`:
+  under a queue a device no waiting job was narrowed to stays idle).
 
 Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
@@ -49,6 +51,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 
 from scheduler.core.types import TIRESIAS_RULES, PlacementKind
+from scheduler.policies.allox import FILL_FLOOR as DEFAULT_FILL_FLOOR
 from scheduler.sim.gavel import WINDOW, GavelRun, experiment_settings, run_cell
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gavel.json"
@@ -61,6 +64,7 @@ CELLS = (
     "las+allox-noguard",
     "las+allox-nogate",
     "las+allox-noevict",
+    "las+allox-nolend",
 )
 # Ablations of the default's settings (the module switches are set in `run_one`).
 CELL_OVERRIDES: dict[str, Mapping[str, object]] = {
@@ -87,6 +91,7 @@ def run_one(
     allox.WINDOW_STEP = cell != "las+allox-pass"
     allox.MIGRATION = cell not in ("las+allox-nomove", "las+allox-pass")
     allox.EVICTION = cell != "las+allox-noevict"
+    allox.FILL_FLOOR = None if cell == "las+allox-nolend" else DEFAULT_FILL_FLOOR
     return run_cell(
         cell if users == "per-job" else f"{cell}/{users}",
         experiment_settings(placement, **CELL_OVERRIDES.get(cell, {})),

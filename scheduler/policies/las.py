@@ -26,6 +26,7 @@ from scheduler.policies.allox import (
     efficiency_gate,
     evict_inefficient,
     explain_narrowing,
+    fill_idle_devices,
 )
 from scheduler.policies.base import run_pass
 from scheduler.policies.fairness import fair_share_order, normalized_usage
@@ -366,7 +367,9 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
        who gets the free devices, and moves running jobs to faster free devices. Then,
        while the gate is active, `evict_inefficient`: a waiting job takes the device of a
-       running job that makes much less of its type than the waiting job would.
+       running job that makes much less of its type than the waiting job would; and
+       `fill_idle_devices`: devices no waiting job was narrowed to are lent to waiting
+       jobs that run there well enough, until an eviction takes them back.
     5. The starvation guard's reservation (`reserve_for_starving`) for the first starving
        job the pass held for lack of room.
     6. Hold reasons name the gate where it narrowed a job's types (`explain_narrowing`).
@@ -402,6 +405,7 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     blocked = first_blocked_starving(snapshot, decisions, starving)
     decisions = allox_rematch(snapshot, decisions)
     decisions = evict_inefficient(gate, decisions)
+    decisions = fill_idle_devices(original, gate, decisions)
     decisions = reserve_for_starving(snapshot, decisions, levels, blocked)
     decisions = explain_narrowing(original, snapshot, decisions)
     return replace(decisions, wake_at=next_clock(snapshot, decisions))
