@@ -216,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             "extra.*_lower_bound_hours then censor those jobs at the horizon"
         ),
     }
+    if args.merge and output.exists():
+        # Keep what earlier sessions filed beside the runs (runs_before_*, their note).
+        earlier = json.loads(output.read_text())
+        payload = {**earlier, **{k: v for k, v in payload.items() if k != "note"}}
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {output}")

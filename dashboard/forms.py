@@ -138,7 +138,8 @@ class SchedulerSettingsForm(forms.ModelForm):
             "allox_window": "Pending jobs considered per AlloX matching.",
             "allox_efficiency_gate": "While jobs wait for GPUs, each job only takes GPU types "
             "where it makes at least this share of its best value at the queue's prices "
-            "(a K80 goes to a model that runs well on it). 0 = off.",
+            "(a K80 goes to a model that runs well on it); a running job far below it gives "
+            "its GPU to a waiting job that suits it. 0 = off.",
             "round_interval_seconds": "Seconds between timer-triggered scheduling rounds.",
         }
 

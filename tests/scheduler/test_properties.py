@@ -150,7 +150,7 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
             preempt_margin=draw(st.sampled_from([1, 2, 3])),
             max_victims=draw(st.sampled_from([0, 1])),
             starvation_seconds=draw(st.sampled_from([0.0, 3600.0])),
-            allox_efficiency_gate=draw(st.sampled_from([0.0, 0.9])),
+            allox_efficiency_gate=draw(st.sampled_from([0.0, 0.9, 1.0])),
         ),
         busy_device_ids=busy,
         finished_job_sizes=tuple(draw(st.lists(st.sampled_from([100.0, 5000.0]), max_size=60))),
@@ -229,6 +229,31 @@ def test_every_preemption_frees_devices_that_a_starting_job_uses(
     used = {d for start in decisions.starts for d in start.device_ids}
     for preempt in decisions.preemptions:
         assert used & set(snap.job_by_id[preempt.job_id].devices)
+
+
+@pytest.mark.parametrize("policy", ["las", "gittins"])
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_with_allox_a_preemption_is_a_move_or_hands_a_device_to_the_job_it_names(
+    policy: str, data: st.DataObject
+) -> None:
+    """AlloX adds preemptions the pass does not make: moves (`by_job_id` None, while
+    nobody waits) and evictions under the efficiency gate. Either kind must be for something:
+    an eviction's taker starts on the victim's device, and a move happens only when no job
+    is held for capacity."""
+    snap = data.draw(snapshots(policy, PlacementKind.ALLOX))
+    decisions = decide(snap)
+    starts = {start.job_id: set(start.device_ids) for start in decisions.starts}
+    used = set().union(*starts.values()) if starts else set()
+    for preempt in decisions.preemptions:
+        victim_devices = set(snap.job_by_id[preempt.job_id].devices)
+        if preempt.by_job_id is None:
+            assert "moving to" in preempt.reason
+            continue
+        assert used & victim_devices
+        if "efficiency gate" in preempt.reason:
+            assert preempt.by_job_id in starts
+            assert starts[preempt.by_job_id] <= victim_devices
 
 
 @pytest.mark.parametrize("policy", ["las", "gittins"])

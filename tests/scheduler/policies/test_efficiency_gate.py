@@ -4,6 +4,8 @@ and the starvation guard on heterogeneous devices (no Django)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler.core.types import Device, PlacementKind, ReasonCode
 from scheduler.policies import allox, decide
@@ -272,3 +274,71 @@ def test_a_lent_device_goes_back_when_a_job_the_gate_sends_there_waits() -> None
     decisions = decide(snapshot(jobs, devs, placement=PlacementKind.ALLOX))
     assert started(decisions) == {3: (2,)}
     assert preempted(decisions) == {1: 3}
+
+
+PROFILES = (RESNET, RECOMMENDATION, HALF_ON_K80)
+
+
+@st.composite
+def crowded_heterogeneous(draw: st.DrawFn) -> tuple:
+    """V100s and K80s, every device busy with a single-GPU job of a random model (some
+    inside their minimum runtime), and more single-GPU jobs of random models waiting."""
+    v100s, k80s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    devs = devices({"nv": ("v100", v100s), "nk": ("k80", k80s)}, SPEED)
+    jobs = [
+        running(
+            100 + d.id,
+            (d.id,),
+            throughputs=draw(st.sampled_from(PROFILES)),
+            started_at=draw(st.sampled_from([0.0, NOW - 60.0])),
+        )
+        for d in devs
+    ]
+    jobs += [
+        pending(i, 1, throughputs=draw(st.sampled_from(PROFILES)))
+        for i in range(1, draw(st.integers(1, 8)) + 1)
+    ]
+    return devs, jobs, draw(st.sampled_from([0.9, 1.0]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=crowded_heterogeneous())
+def test_every_eviction_hands_a_wasted_device_to_a_job_the_gate_sends_there(case: tuple) -> None:
+    devs, jobs, gate_value = case
+    snap = snapshot(
+        jobs,
+        devs,
+        now=NOW,
+        placement=PlacementKind.ALLOX,
+        allox_efficiency_gate=gate_value,
+        min_runtime=300.0,
+    )
+    decisions = decide(snap)  # raises on unsafe decisions
+    gate = allox.efficiency_gate(snap)
+    starts = started(decisions)
+    for preempt in decisions.preemptions:
+        if "efficiency gate" not in preempt.reason:
+            continue
+        assert gate.prices is not None
+        victim = snap.job_by_id[preempt.job_id]
+        device = snap.device_by_id[victim.devices[0]]
+        assert NOW - victim.started_at >= 300.0
+        waste = gate.prices.efficiency(profile(victim.throughputs))[device.device_type]
+        assert waste < allox.EVICTION_FRACTION * gate_value
+        taker = gate.snapshot.job_by_id[preempt.by_job_id]
+        assert starts[taker.id] == victim.devices
+        assert not taker.accepted_types or device.device_type in taker.accepted_types
+
+
+def test_the_crowded_cases_do_evict() -> None:
+    """The property above is not vacuous: its generator's kind of case evicts."""
+    devs = devices({"nv": ("v100", 2), "nk": ("k80", 2)}, SPEED)
+    jobs = [
+        running(100, (0,), throughputs=RESNET),
+        running(101, (1,), throughputs=RESNET),
+        running(102, (2,), throughputs=RESNET),
+        running(103, (3,), throughputs=RECOMMENDATION),
+        *(pending(i, 1, throughputs=RECOMMENDATION) for i in range(1, 6)),
+    ]
+    decisions = decide(snapshot(jobs, devs, placement=PlacementKind.ALLOX))
+    assert preempted(decisions) == {102: 1}
