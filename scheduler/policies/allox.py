@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -762,6 +762,32 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
     return Gate(replace(snapshot, jobs=jobs), prices, type_speeds)
 
 
+def _efficiency_lookup(gate: Gate) -> Callable[[Job], dict[str, float]]:
+    """job -> its efficiency on each type at the gate's prices, computed once per job kind."""
+    prices = gate.prices
+    assert prices is not None
+    cache: dict[_JobKind, dict[str, float]] = {}
+
+    def efficiency(job: Job) -> dict[str, float]:
+        kind = (job.throughputs, job.accepted_types)
+        found = cache.get(kind)
+        if found is None:
+            profile = job_profile(job.throughputs, job.accepted_types, gate.type_speeds)
+            found = cache[kind] = prices.efficiency(profile)
+        return found
+
+    return efficiency
+
+
+def _started_instead_of_held(
+    decisions: Decisions, starts: list[Start], preemptions: Sequence[Preempt], ids: set[int]
+) -> Decisions:
+    """`decisions` with `starts` and `preemptions`, and jobs `ids` no longer held."""
+    kept = [h for h in decisions.holds if h.job_id not in ids]
+    holds = tuple(replace(h, position=place) for place, h in enumerate(kept, 1))
+    return replace(decisions, starts=tuple(starts), preemptions=tuple(preemptions), holds=holds)
+
+
 # Under a queue, a running job whose efficiency on its device's type is below this fraction
 # of the gate gives the device up to a waiting job the gate sends there. Measured on Gavel's
 # cell at 5.6 jobs/h with gate 1 (bench/experiments/gavel_variants/README.md): average JCT
@@ -812,7 +838,7 @@ def evict_inefficient(gate: Gate, decisions: Decisions) -> Decisions:
     ledger = QuotaLedger(snapshot, [job for job in snapshot.jobs if job.is_running])
     position = {job_id: index for index, job_id in enumerate(decisions.order)}
     threshold = EVICTION_FRACTION * snapshot.settings.allox_efficiency_gate
-    efficiency_of: dict[_JobKind, dict[str, float]] = {}
+    efficiency_of = _efficiency_lookup(gate)
     victims: dict[str, list[tuple[float, int, Job, int]]] = {}
     for job in snapshot.jobs:
         if not job.is_running or job.num_gpus != 1 or job.id in preempted or not job.devices:
@@ -827,12 +853,7 @@ def evict_inefficient(gate: Gate, decisions: Decisions) -> Decisions:
             or (ledger.has_limits and ledger.is_limited(job))
         ):
             continue
-        kind = (job.throughputs, job.accepted_types)
-        by_type = efficiency_of.get(kind)
-        if by_type is None:
-            profile = job_profile(job.throughputs, job.accepted_types, gate.type_speeds)
-            by_type = efficiency_of[kind] = prices.efficiency(profile)
-        efficiency = by_type.get(device.device_type, 1.0)
+        efficiency = efficiency_of(job).get(device.device_type, 1.0)
         if efficiency < threshold:
             victims.setdefault(device.device_type, []).append(
                 (efficiency, -position.get(job.id, 0), job, device.id)
@@ -875,9 +896,7 @@ def evict_inefficient(gate: Gate, decisions: Decisions) -> Decisions:
             break
     if not evicted_for:
         return decisions
-    kept = [h for h in decisions.holds if h.job_id not in evicted_for]
-    holds = tuple(replace(h, position=place) for place, h in enumerate(kept, 1))
-    return replace(decisions, starts=tuple(starts), preemptions=tuple(preemptions), holds=holds)
+    return _started_instead_of_held(decisions, starts, preemptions, evicted_for)
 
 
 # Under a queue, a free device of a type no waiting job was narrowed to would sit idle: the
@@ -923,7 +942,7 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
     ledger = QuotaLedger(original, [job for job in original.jobs if job.is_running])
     jobs = original.job_by_id
     position = {job_id: index for index, job_id in enumerate(decisions.order)}
-    efficiency_of: dict[_JobKind, dict[str, float]] = {}
+    efficiency_of = _efficiency_lookup(gate)
     starts = list(decisions.starts)
     lent: set[int] = set()
     speeds = gate.type_speeds
@@ -938,12 +957,7 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
                 or (ledger.has_limits and ledger.is_limited(job))
             ):
                 continue
-            kind = (job.throughputs, job.accepted_types)
-            by_type = efficiency_of.get(kind)
-            if by_type is None:
-                profile = job_profile(job.throughputs, job.accepted_types, speeds)
-                by_type = efficiency_of[kind] = prices.efficiency(profile)
-            efficiency = by_type.get(device_type, 0.0)
+            efficiency = efficiency_of(job).get(device_type, 0.0)
             if efficiency >= FILL_FLOOR:
                 candidates.append((-efficiency, position[job_id], job_id))
         candidates.sort()
@@ -952,9 +966,7 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
             lent.add(job_id)
     if not lent:
         return decisions
-    kept = [h for h in decisions.holds if h.job_id not in lent]
-    holds = tuple(replace(h, position=place) for place, h in enumerate(kept, 1))
-    return replace(decisions, starts=tuple(starts), holds=holds)
+    return _started_instead_of_held(decisions, starts, decisions.preemptions, lent)
 
 
 def explain_narrowing(original: Snapshot, narrowed: Snapshot, decisions: Decisions) -> Decisions:
