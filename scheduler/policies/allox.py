@@ -59,7 +59,8 @@ narrows each waiting job to the types where it does the most per price, so a K80
 model that runs well on it and a ResNet waits for a V100 (Gavel's comparative advantage,
 without its time slicing). At the end of the round, `evict_inefficient` applies the same
 prices to running jobs: one that makes much less of its device than a waiting job would
-gives it up.
+gives it up; and `fill_idle_devices` lends a device no waiting job was narrowed to, until
+such a job comes.
 
 **After the pass (`allox_rematch`, called by `las` and `gittins` with ALLOX placement).**
 Gavel's gain comes from choosing, among many waiting jobs, the one that suits the device
@@ -791,8 +792,8 @@ def _started_instead_of_held(
 # Under a queue, a running job whose efficiency on its device's type is below this fraction
 # of the gate gives the device up to a waiting job the gate sends there. Measured on Gavel's
 # cell at 5.6 jobs/h with gate 1 (bench/experiments/gavel_variants/README.md): average JCT
-# 21.3 h without eviction, 20.7 h at 0.5 and 0.8, 20.4 h at 0.95, 20.7 h at 0.999 (a job
-# then loses its device over estimate noise).
+# 21.3 h without eviction, 21.1 h at 0.5, 20.7 h at 0.8, 20.4 h at 0.95, 20.7 h at 0.999
+# (a job then loses its device over estimate noise); measured before lending.
 EVICTION_FRACTION = 0.95
 EVICTION = True  # ablation switch (bench/experiments/gavel_variants)
 
