@@ -703,11 +703,6 @@ class Gate:
     type_speeds: dict[str, float] = field(default_factory=dict)  # schedulable types' speeds
 
 
-def efficient_types(snapshot: Snapshot) -> Snapshot:
-    """`snapshot` with each waiting job's accepted types narrowed (`efficiency_gate`)."""
-    return efficiency_gate(snapshot).snapshot
-
-
 def efficiency_gate(snapshot: Snapshot) -> Gate:
     """Narrow each waiting job's accepted types by the efficiency gate.
 
@@ -761,6 +756,17 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
         for job in snapshot.jobs
     )
     return Gate(replace(snapshot, jobs=jobs), prices, type_speeds)
+
+
+def free_after(snapshot: Snapshot, decisions: Decisions) -> list[Device]:
+    """Devices nobody holds after `decisions`: on schedulable nodes, not busy, held by no
+    running job (a preempted one's devices are spoken for until its checkpoint is taken)
+    and given to no start."""
+    taken = {d for job in snapshot.jobs if job.is_running for d in job.devices}
+    taken |= {d for start in decisions.starts for d in start.device_ids}
+    taken |= snapshot.busy_device_ids
+    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
+    return [d for d in snapshot.devices if d.id not in taken and node_ok.get(d.node, True)]
 
 
 def _efficiency_lookup(gate: Gate) -> Callable[[Job], dict[str, float]]:
@@ -928,14 +934,9 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
     held = [h.job_id for h in decisions.holds if h.reason.code in _CAPACITY_CODES]
     if not held:
         return decisions
-    taken = {d for job in original.jobs if job.is_running for d in job.devices}
-    taken |= {d for start in decisions.starts for d in start.device_ids}
-    taken |= original.busy_device_ids
-    node_ok = {node.name: node.schedulable for node in original.nodes}
     free: dict[str, list[int]] = {}
-    for device in original.devices:
-        if device.id not in taken and node_ok.get(device.node, True):
-            free.setdefault(device.device_type, []).append(device.id)
+    for device in free_after(original, decisions):
+        free.setdefault(device.device_type, []).append(device.id)
     if not free:
         return decisions
     from scheduler.policies.fairness import QuotaLedger  # policy-layer helper, late import

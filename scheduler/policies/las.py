@@ -27,6 +27,7 @@ from scheduler.policies.allox import (
     evict_inefficient,
     explain_narrowing,
     fill_idle_devices,
+    free_after,
 )
 from scheduler.policies.base import run_pass
 from scheduler.policies.fairness import fair_share_order, normalized_usage
@@ -252,22 +253,9 @@ def first_blocked_starving(
 
 
 def _free_after(snapshot: Snapshot, decisions: Decisions) -> FreeCounts:
-    """type -> node -> devices still free after `decisions` (schedulable nodes only)."""
-    preempted = {p.job_id for p in decisions.preemptions}
-    taken = {
-        d
-        for job in snapshot.jobs
-        if job.is_running and job.id not in preempted
-        for d in job.devices
-    }
-    taken |= {d for job_id in preempted for d in snapshot.job_by_id[job_id].devices}
-    taken |= {d for start in decisions.starts for d in start.device_ids}
-    taken |= set(snapshot.busy_device_ids)
-    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
+    """type -> node -> devices still free after `decisions` (`allox.free_after`)."""
     free: FreeCounts = {}
-    for device in snapshot.devices:
-        if device.id in taken or not node_ok.get(device.node, True):
-            continue
+    for device in free_after(snapshot, decisions):
         nodes = free.setdefault(device.device_type, {})
         nodes[device.node] = nodes.get(device.node, 0) + 1
     return free
@@ -294,7 +282,7 @@ def reserve_for_starving(
     position = {job_id: index for index, job_id in enumerate(decisions.order)}
     floor = levels[blocked] + 1
     # Only starts on devices the starving job could use are in its way: a start on a type
-    # it does not accept (or was narrowed away from, `efficient_types`) keeps nothing from it.
+    # it does not accept (or was narrowed away from, `efficiency_gate`) keeps nothing from it.
     wanted = snapshot.job_by_id[blocked].accepted_types
     device_by_id = snapshot.device_by_id
     cut = {
@@ -357,7 +345,7 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     """The Tiresias round shared by LAS and Gittins.
 
     Steps:
-    0. With AlloX placement and a queue, the efficiency gate (`allox.efficient_types`)
+    0. With AlloX placement and a queue, the efficiency gate (`allox.efficiency_gate`)
        narrows each waiting job to the device types where it does the most for the queue.
     1. Queue levels after demotion and promotion (`tiresias_queues`).
     2. Priority order (`tiresias_order`).

@@ -1,4 +1,4 @@
-"""Backlog prices and the efficiency gate (scheduler/policies/prices.py, allox.efficient_types),
+"""Backlog prices and the efficiency gate (scheduler/policies/prices.py, allox.efficiency_gate),
 and the starvation guard on heterogeneous devices (no Django)."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_under_a_queue_a_waiting_job_only_takes_types_it_is_efficient_on() -> No
     # job (first in the order) waits for a V100 instead of crawling at 0.14x.
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
     snap = snapshot(_queue(1), devs, placement=PlacementKind.ALLOX)
-    narrowed = allox.efficient_types(snap)
+    narrowed = allox.efficiency_gate(snap).snapshot
     assert narrowed.job_by_id[1].accepted_types == ("v100",)
     assert narrowed.job_by_id[2].accepted_types == ()  # efficient on both: unchanged
     assert narrowed.job_by_id[9] == snap.job_by_id[9]  # running jobs are left alone
@@ -95,17 +95,17 @@ def test_without_a_queue_or_without_allox_nothing_is_narrowed() -> None:
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 2)}, SPEED)
     # Two K80s free for two waiting jobs: no queue, both start.
     room = snapshot(_queue(1, 1), devs, placement=PlacementKind.ALLOX)
-    assert allox.efficient_types(room) is room
+    assert allox.efficiency_gate(room).snapshot is room
     assert set(started(decide(room))) == {1, 2}
     crowded = _queue(2)
     best_fit = snapshot(crowded, devs, placement=PlacementKind.BEST_FIT)
-    assert allox.efficient_types(best_fit) is best_fit
+    assert allox.efficiency_gate(best_fit).prices is None
 
 
 def test_the_gate_can_be_switched_off() -> None:
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
     snap = snapshot(_queue(1), devs, placement=PlacementKind.ALLOX, allox_efficiency_gate=0.0)
-    assert allox.efficient_types(snap) is snap
+    assert allox.efficiency_gate(snap).prices is None
 
 
 NOW = 10_000.0
