@@ -29,7 +29,14 @@ from cluster.services import node_drain
 from config.errors import NotFound
 from jobs.models import Allocation
 
-from .models import GpuMinute, GpuSample, JobGpuMinute, JobGpuSample, NodeAgentToken
+from .models import (
+    GpuMinute,
+    GpuSample,
+    JobGpuMinute,
+    JobGpuSample,
+    JobProgress,
+    NodeAgentToken,
+)
 from .services import node_heartbeat_seen, ssh_dispatch_enabled
 
 logger = logging.getLogger(__name__)
@@ -137,6 +144,8 @@ def agent_heartbeat_record(
     4. One GpuSample per GPU, and one JobGpuSample per job using a GPU — counted only for
        a job that really holds a live allocation of that GPU, so an agent cannot charge
        use to arbitrary jobs.
+    5. Jobs' own progress readings (`jobs`), under the same rule: only for an attempt that
+       holds a live allocation on this node (`_record_progress`).
     """
     now = now or timezone.now()
     gpus = heartbeat["gpus"]
@@ -165,6 +174,7 @@ def agent_heartbeat_record(
             for gpu in gpus
         )
         JobGpuSample.objects.bulk_create(_job_samples(gpus, devices, now))
+        progress_recorded = _record_progress(node, heartbeat.get("jobs", []), now)
         if (
             fault
             and Node.objects.filter(
@@ -177,7 +187,12 @@ def agent_heartbeat_record(
             from .tasks import node_return_reconcile_task
 
             transaction.on_commit(lambda: node_return_reconcile_task.delay(node_id=node.pk))
-    return {"recorded_gpus": len(gpus), "drained": bool(fault), "reconcile": needs_reconcile}
+    return {
+        "recorded_gpus": len(gpus),
+        "recorded_progress": progress_recorded,
+        "drained": bool(fault),
+        "reconcile": needs_reconcile,
+    }
 
 
 def _job_samples(
@@ -211,6 +226,56 @@ def _job_samples(
             )
         )
     return samples
+
+
+def _record_progress(node: Node, readings: list[dict[str, Any]], now: datetime) -> int:
+    """Fold progress readings into each attempt's JobProgress row; how many were taken.
+
+    A reading counts only for an attempt with a live allocation on this node (an agent may
+    not report for jobs elsewhere), and is tied to the attempt's device type when all its
+    devices, on any node, are of one type. A count lower than the last one means the job
+    restarted its counter within the attempt: the rate then starts again from there.
+    """
+    if not readings:
+        return 0
+    wanted = {(reading["job_id"], reading["attempt"]): reading["progress"] for reading in readings}
+    here = set(
+        Allocation.objects.filter(
+            ended_at__isnull=True, device__node=node, job_id__in={job for job, _ in wanted}
+        ).values_list("job_id", "attempt")
+    )
+    types: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for job_id, attempt, type_id in Allocation.objects.filter(
+        ended_at__isnull=True, job_id__in={job for job, _ in here}
+    ).values_list("job_id", "attempt", "device__device_type_id"):
+        types[(job_id, attempt)].add(type_id)
+    taken = 0
+    for key in sorted(here & wanted.keys()):
+        progress = wanted[key]
+        type_ids = types[key]
+        row = JobProgress.objects.select_for_update().filter(job_id=key[0], attempt=key[1]).first()
+        if row is None:
+            JobProgress.objects.create(
+                job_id=key[0],
+                attempt=key[1],
+                device_type_id=next(iter(type_ids)) if len(type_ids) == 1 else None,
+                first_progress=progress,
+                first_at=now,
+                last_progress=progress,
+                last_at=now,
+            )
+        elif now <= row.last_at:
+            continue  # a delayed or repeated heartbeat: nothing new
+        elif progress < row.last_progress:
+            # The counter restarted within the attempt: measure again from here.
+            row.first_progress, row.first_at = progress, now
+            row.last_progress, row.last_at = progress, now
+            row.save(update_fields=["first_progress", "first_at", "last_progress", "last_at"])
+        else:
+            row.last_progress, row.last_at = progress, now
+            row.save(update_fields=["last_progress", "last_at"])
+        taken += 1
+    return taken
 
 
 def metrics_rollup(*, now: datetime | None = None) -> dict[str, int]:

@@ -142,3 +142,39 @@ class JobGpuMinute(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} device {self.device_id} {self.minute:%Y-%m-%d %H:%M}"
+
+
+class JobProgress(models.Model):
+    """What one attempt of a job reported of its own progress, for its speed on a type.
+
+    A job that writes its cumulative work count (steps, samples: any unit proportional to
+    work) to `$GPULAB_PROGRESS_FILE` has it read by the node agent at every heartbeat. The
+    first and the latest reading of an attempt give its rate on the attempt's device type;
+    rates across types are what AlloX placement needs (`agents.selectors.measured_speeds`).
+    One row per attempt, updated in place: the rate needs only the two ends.
+    """
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+")
+    attempt = models.PositiveIntegerField()
+    # Null when the attempt's devices span several types: its rate belongs to none of them.
+    device_type = models.ForeignKey(
+        "cluster.DeviceType", null=True, on_delete=models.CASCADE, related_name="+"
+    )
+    first_progress = models.FloatField()
+    first_at = models.DateTimeField()
+    last_progress = models.FloatField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="jobprogress_one_per_attempt"),
+        ]
+        indexes = [models.Index(fields=["-last_at"], name="jobprogress_last_at")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: {self.last_progress:g}"
+
+    @property
+    def span_seconds(self) -> float:
+        return (self.last_at - self.first_at).total_seconds()

@@ -83,6 +83,18 @@ def parse_attempt_name(name: str) -> tuple[int, int] | None:
     return int(parts[1]), int(parts[2])
 
 
+def progress_file_path(job_id: int, attempt: int) -> str:
+    """Where an attempt may write its cumulative work count (`GPULAB_PROGRESS_FILE`).
+
+    A path as the job sees it: inside its container for docker and apptainer, on the host
+    for `process`. /tmp because it is writable in every image and apptainer binds the
+    host's /tmp; per-attempt names so two plain processes on one node never share a file.
+    The node agent (`agents.node_agent.collector.PROGRESS_FILE`) reads the same path
+    through /proc/<pid>/root and cannot import this module, so keep the two in step.
+    """
+    return f"/tmp/gpulab-progress-{job_id}-{attempt}"
+
+
 def launch_spec_check(spec: LaunchSpec) -> None:
     """Raise LaunchRefused unless image, argv and env pass the submission rules again."""
     problems = [
@@ -108,6 +120,7 @@ def job_environment(spec: LaunchSpec) -> dict[str, str]:
         "GPULAB_JOB_ID": str(spec.job_id),
         "GPULAB_ATTEMPT": str(spec.attempt),
         "GPULAB_IMAGE": spec.image,
+        "GPULAB_PROGRESS_FILE": progress_file_path(spec.job_id, spec.attempt),
     }
 
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from cluster.choices import NodeState
 from cluster.models import Device, Node
 from jobs.choices import HOLDING_STATES, JobState
-from jobs.models import Allocation
+from jobs.models import Allocation, Job
+
+from .models import JobProgress
 
 
 @dataclass(frozen=True)
@@ -83,3 +90,102 @@ def attempts_overdue(
         launches=stuck(JobState.STARTING, now - launch_after),
         stops=stuck(JobState.PREEMPTING, now - stop_after),
     )
+
+
+# Readings spanning less than this are start-up noise (data loading, compilation).
+MIN_PROGRESS_SPAN = timedelta(seconds=60)
+# How far back other runs of the same program count, and at most how many attempts.
+PROGRESS_HISTORY = timedelta(days=30)
+PROGRESS_ROWS = 10_000
+
+
+# A job's argv as the database renders its JSON: compared as text, never decoded, since a
+# round reads it for every active job.
+COMMAND_TEXT = Cast("command", output_field=TextField())
+
+
+@dataclass(frozen=True)
+class JobProgram:
+    """What makes two jobs the same program, so one's speed predicts the other's."""
+
+    job_id: int
+    image: str
+    command_text: str  # `COMMAND_TEXT` of the job's row
+    num_gpus: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.image, self.command_text, self.num_gpus
+
+
+def measured_rates(
+    *, jobs: Iterable[JobProgram], now: datetime
+) -> dict[int, tuple[tuple[str, float], ...]]:
+    """Each job's measured rates (its own progress unit per second) as (type name, rate)
+    pairs sorted by name; jobs with nothing measured are left out.
+
+    algorithms.md §3's order of sources: the job's own attempts on a type first, else the
+    attempts of jobs running the same program (image, argv, GPU count) on that type. A
+    rate is total progress over total time across the attempts, so a long attempt weighs
+    more than a short one. Jobs of one program without their own measurements share one
+    tuple: a round converts it to speeds once.
+    """
+    jobs = list(jobs)
+    if not jobs:
+        return {}
+    active = {job.job_id for job in jobs}
+    own: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    by_program: dict[tuple[str, str, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(lambda: [0.0, 0.0])
+    )
+    rows = (
+        JobProgress.objects.filter(
+            last_at__gte=now - PROGRESS_HISTORY,
+            device_type__isnull=False,
+            # Narrows the read to candidate programs; the key below decides.
+            job__image__in={job.image for job in jobs},
+        )
+        .annotate(command_text=Cast("job__command", output_field=TextField()))
+        .order_by("-last_at")
+        .values_list(
+            "job_id", "job__image", "command_text", "job__num_gpus", "device_type__name",
+            "first_progress", "first_at", "last_progress", "last_at",
+        )[:PROGRESS_ROWS]
+    )  # fmt: skip
+    for job_id, image, command_text, num_gpus, type_name, first, first_at, last, last_at in rows:
+        span = last_at - first_at
+        if span < MIN_PROGRESS_SPAN or last <= first:
+            continue
+        targets = [by_program[image, command_text, num_gpus][type_name]]
+        if job_id in active:
+            targets.append(own[job_id][type_name])
+        for totals in targets:
+            totals[0] += last - first
+            totals[1] += span.total_seconds()
+
+    def as_rates(totals: dict[str, list[float]]) -> dict[str, float]:
+        return {name: work / seconds for name, (work, seconds) in totals.items()}
+
+    program_rates = {
+        program: tuple(sorted(as_rates(totals).items())) for program, totals in by_program.items()
+    }
+    rates: dict[int, tuple[tuple[str, float], ...]] = {}
+    for job in jobs:
+        shared = program_rates.get(job.key)
+        if job.job_id in own:
+            mine = {**dict(shared or ()), **as_rates(own[job.job_id])}
+            rates[job.job_id] = tuple(sorted(mine.items()))
+        elif shared:
+            rates[job.job_id] = shared
+    return rates
+
+
+def job_measured_rates(*, job_id: int, now: datetime) -> dict[str, float]:
+    """`measured_rates` of one job, for its page."""
+    programs = [
+        JobProgram(*row)
+        for row in Job.objects.filter(pk=job_id)
+        .annotate(command_text=COMMAND_TEXT)
+        .values_list("id", "image", "command_text", "num_gpus")
+    ]
+    return dict(measured_rates(jobs=programs, now=now).get(job_id, ()))

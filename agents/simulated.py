@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
@@ -96,15 +97,26 @@ def simulated_tick(*, grace_seconds: float) -> int:
 # goes through the same service the heartbeat endpoint calls.
 
 HEARTBEAT_SECONDS = 10.0
+# Simulated jobs report progress (GPULAB_PROGRESS_FILE) as if they did this many steps per
+# second on a device of speed 1.0, so per-device-type rates come out proportional to speed.
+STEPS_PER_SECOND_AT_SPEED_1 = 100.0
+
+Attempt = tuple[int, int]  # (job_id, attempt)
 
 
-def _simulated_nvml(node: Node, now: datetime) -> tuple[SimulatedNvml, dict[int, tuple[int, int]]]:
-    holders = {
-        device_id: (job_id, attempt)
-        for device_id, job_id, attempt in Allocation.objects.filter(
-            ended_at__isnull=True, device__node=node, job__state=JobState.RUNNING
-        ).values_list("device_id", "job_id", "attempt")
-    }
+def _simulated_nvml(
+    node: Node, now: datetime
+) -> tuple[SimulatedNvml, dict[int, Attempt], dict[Attempt, float]]:
+    """The node's simulated NVML, pid → owning attempt, and each attempt's progress."""
+    holders: dict[int, Attempt] = {}
+    progress: dict[Attempt, float] = {}
+    for device_id, job_id, attempt, started_at, speed in Allocation.objects.filter(
+        ended_at__isnull=True, device__node=node, job__state=JobState.RUNNING
+    ).values_list("device_id", "job_id", "attempt", "started_at", "device__device_type__speed"):
+        holders[device_id] = (job_id, attempt)
+        steps = max((now - started_at).total_seconds(), 0.0) * speed * STEPS_PER_SECOND_AT_SPEED_1
+        # On mixed devices the slowest one paces a synchronous job.
+        progress[job_id, attempt] = min(progress.get((job_id, attempt), steps), steps)
     gpus, owners = [], {}
     for device in node.devices.order_by("index"):
         gpu = SimGpu(
@@ -125,7 +137,18 @@ def _simulated_nvml(node: Node, now: datetime) -> tuple[SimulatedNvml, dict[int,
             gpu.processes = [SimProcess(pid=pid, usedGpuMemory=gpu.memory_used_mb * 1024 * 1024)]
             owners[pid] = holder
         gpus.append(gpu)
-    return SimulatedNvml(gpus), owners
+    return SimulatedNvml(gpus), owners, progress
+
+
+def simulated_report(*, node: Node, now: datetime) -> dict[str, Any]:
+    """The heartbeat a real agent on this node would send now."""
+    nvml, owners, progress = _simulated_nvml(node, now)
+    collector = NvmlCollector(
+        nvml,
+        job_of=owners.get,
+        progress_of=lambda pid, job_id, attempt: progress.get((job_id, attempt)),
+    )
+    return collector.collect()
 
 
 def simulated_heartbeats(*, now: datetime | None = None) -> int:
@@ -139,8 +162,7 @@ def simulated_heartbeats(*, now: datetime | None = None) -> int:
     )
     sent = 0
     for node in due:
-        nvml, owners = _simulated_nvml(node, now)
-        report = NvmlCollector(nvml, job_of=owners.get).collect()
+        report = simulated_report(node=node, now=now)
         agent_heartbeat_record(node=node, heartbeat=report, now=now)
         sent += 1
     return sent

@@ -50,6 +50,43 @@ def setup_django(database_url: str) -> None:
     call_command("migrate", verbosity=0)
 
 
+# Pending jobs run one of this many programs, each measured before on every device type:
+# the snapshot reads those measurements (agents.selectors.measured_rates) every round.
+PROGRAMS = 20
+HISTORY_ATTEMPTS = 3000
+
+
+def progress_history(templates, types, now) -> None:  # type: ignore[no-untyped-def]
+    """Finished jobs of the pending jobs' programs, with measured attempts on each type."""
+    from agents.models import JobProgress
+    from jobs.models import Job
+
+    finished = Job.objects.bulk_create(
+        Job(
+            owner=template.owner,
+            name="finished",
+            image=template.image,
+            command=template.command,
+            num_gpus=template.num_gpus,
+            state="SUCCEEDED",
+        )
+        for template in (templates[i % len(templates)] for i in range(HISTORY_ATTEMPTS // 3))
+    )
+    JobProgress.objects.bulk_create(
+        JobProgress(
+            job=job,
+            attempt=attempt + 1,
+            device_type=device_type,
+            first_progress=0.0,
+            first_at=now - timedelta(hours=2),
+            last_progress=3600.0 * device_type.speed * (1 + job.pk % 7),
+            last_at=now - timedelta(hours=1),
+        )
+        for job in finished
+        for attempt, device_type in enumerate(types)
+    )
+
+
 def populate(*, pending: int, fill_running: bool) -> None:
     """Reset the tables and write the cluster, the people and the jobs in bulk."""
     from django.db import connection
@@ -61,9 +98,10 @@ def populate(*, pending: int, fill_running: bool) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE jobs_allocation, jobs_jobevent, jobs_job, cluster_device, cluster_node, "
-            "cluster_devicetype, accounts_labgroup_members, accounts_devicetypequota, "
-            "accounts_apitoken, scheduler_schedulinground, accounts_labgroup, accounts_user "
+            "TRUNCATE agents_jobprogress, jobs_allocation, jobs_jobevent, jobs_job, "
+            "cluster_device, cluster_node, cluster_devicetype, accounts_labgroup_members, "
+            "accounts_devicetypequota, accounts_apitoken, scheduler_schedulinground, "
+            "accounts_labgroup, accounts_user "
             "RESTART IDENTITY CASCADE"
         )
     types = [
@@ -90,7 +128,7 @@ def populate(*, pending: int, fill_running: bool) -> None:
             group=groups[i % 5],
             name=f"job{i}",
             image="pytorch/pytorch:2.4.0",
-            command=["sleep", "600"],
+            command=["python", "train.py", f"--config={i % PROGRAMS}"],
             num_gpus=sizes[i % len(sizes)],
             accepted_types=[] if i % 4 else ["a100", "v100"],
             queue_entered_at=now - timedelta(seconds=pending - i),
@@ -101,6 +139,7 @@ def populate(*, pending: int, fill_running: bool) -> None:
     for job in jobs:  # submitted_at is auto_now_add: spread it like real arrivals
         job.submitted_at = now - timedelta(seconds=pending - job.pk)
     Job.objects.bulk_update(jobs, ["submitted_at"], batch_size=2000)
+    progress_history(jobs[: len(sizes) * PROGRAMS], types, now)
     if not fill_running:
         return
     # Fill every GPU with running one-node jobs of 8, 4, 2 and 1 GPUs.

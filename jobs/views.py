@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from plotly.subplots import make_subplots
 
 from accounts.models import User
-from agents.selectors import node_of_attempt
+from agents.selectors import job_measured_rates, node_of_attempt
 from agents.services import agent_logs_tail
 from cluster.choices import NodeState
 from cluster.models import Node
@@ -210,6 +210,9 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
                 for event, message in zip(events, described[1:], strict=True)
             ],
             "can_cancel": not terminal,
+            "measured_speeds": sorted(
+                job_measured_rates(job_id=job.pk, now=timezone.now()).items()
+            ),
             "show_gpu_use": show_gpu_use,
             "gpu_figure": _gpu_use_figure(selectors.job_gpu_use(job=job)) if show_gpu_use else "",
             "charts": show_gpu_use,

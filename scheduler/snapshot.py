@@ -11,6 +11,7 @@ held devices since the allocation started for running ones.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,11 +19,13 @@ from datetime import datetime
 from django.conf import settings as django_settings
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
+from agents.selectors import COMMAND_TEXT, JobProgram, measured_rates
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, Node
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from scheduler.core.accounting import decay_usage
+from scheduler.core.speeds import relative_speeds
 from scheduler.core.types import (
     Account,
     Consolidation,
@@ -62,6 +65,9 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     3. Active jobs, with the live part of their accounting added.
     4. The users and groups of those jobs: weights, quotas, decayed usage plus live usage.
     5. Sizes of recently finished jobs, for the Gittins distribution.
+
+    Jobs' speeds per device type (`Job.throughputs`, for AlloX placement) come from their
+    measured progress (`agents.selectors.measured_rates`, `scheduler.core.speeds`).
     """
     now_s = now.timestamp()
     half_life = django_settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
@@ -88,13 +94,26 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         held[job_id].append(device_id)
         held_since[job_id] = started_at.timestamp()
 
-    rows = Job.objects.filter(state__in=SNAPSHOT_STATES).values(
+    rows = Job.objects.filter(state__in=SNAPSHOT_STATES).annotate(command_text=COMMAND_TEXT).values(
         "id", "owner__username", "owner_id", "group__name", "group_id", "num_gpus",
         "submitted_at", "state", "accepted_types", "consolidation", "attained_service",
         "service_since_promotion", "executed_since_promotion", "waiting_since_promotion",
         "queue_level", "queue_entered_at", "pending_since", "reason", "queue_position",
-        "attempt", "image",
+        "attempt", "image", "command_text",
     )  # fmt: skip
+    type_speed = {device.device_type: device.speed for device in devices}
+
+    # Jobs of one program share their rates: one conversion per program, not per job.
+    speeds_of = functools.cache(lambda rates: relative_speeds(dict(rates), type_speed))
+
+    rates = measured_rates(
+        jobs=(
+            JobProgram(row["id"], row["image"], row["command_text"], row["num_gpus"])
+            for row in rows
+            if row["state"] != JobState.PREEMPTING
+        ),
+        now=now,
+    )
     jobs: list[JobView] = []
     busy: set[int] = set()
     pending_reason: dict[int, tuple[str, int | None]] = {}
@@ -157,6 +176,7 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                 queue_entered_at=_epoch(row["queue_entered_at"]) or row["submitted_at"].timestamp(),
                 started_at=started_at,
                 model=row["image"],
+                throughputs=speeds_of(rates.get(job_id, ())),
                 pending_since=pending_since,
             )
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rest_framework import serializers
 
 MAX_GPUS = 64
@@ -31,12 +33,28 @@ class GpuInput(serializers.Serializer):
     processes = serializers.ListField(child=ProcessInput(), max_length=MAX_PROCESSES)
 
 
+class JobProgressInput(serializers.Serializer):
+    """A job's own count of work done (`$GPULAB_PROGRESS_FILE`), read by the agent."""
+
+    job_id = serializers.IntegerField(min_value=1)
+    attempt = serializers.IntegerField(min_value=1)
+    progress = serializers.FloatField(min_value=0, max_value=1e18)
+
+    def validate_progress(self, value: float) -> float:
+        if not math.isfinite(value):
+            raise serializers.ValidationError("Must be a finite number.")
+        return value
+
+
 class HeartbeatInput(serializers.Serializer):
     hostname = serializers.CharField(max_length=255, required=False, default="")
     agent_version = serializers.CharField(max_length=32, required=False, default="")
     driver_version = serializers.CharField(max_length=64, allow_blank=True)
     cuda_version = serializers.CharField(max_length=32, allow_blank=True)
     gpus = serializers.ListField(child=GpuInput(), max_length=MAX_GPUS)
+    jobs = serializers.ListField(
+        child=JobProgressInput(), max_length=MAX_PROCESSES, required=False, default=list
+    )
 
     def validate_gpus(self, gpus: list[dict]) -> list[dict]:
         uuids = [gpu["uuid"] for gpu in gpus]

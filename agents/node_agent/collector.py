@@ -6,8 +6,10 @@ Standard library only; `nvml` is the `pynvml` module (nvidia-ml-py) on a GPU nod
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,71 @@ def job_of_pid_from_proc(proc_root: str | os.PathLike[str] = "/proc") -> JobOf:
     return job_of
 
 
+# How far a job has got: the cumulative work count (steps, samples...) it writes, as one
+# number, to the file named by GPULAB_PROGRESS_FILE. This is the path as the job sees it;
+# `agents.runtimes.progress_file_path` builds the same one, but the agent cannot import
+# the control plane, so the format is repeated here (a test checks that both agree).
+PROGRESS_FILE = "/tmp/gpulab-progress-{job_id}-{attempt}"
+PROGRESS_MAX_BYTES = 64
+
+ProgressOf = Callable[[int, int, int], "float | None"]  # (pid, job_id, attempt)
+
+
+def progress_from_proc(proc_root: str | os.PathLike[str] = "/proc") -> ProgressOf:
+    """Read a job's progress file through `<proc_root>/<pid>/root`, the process's own view
+    of the filesystem: its container's /tmp for docker, the host's for apptainer and
+    plain processes.
+
+    The agent runs as root and the path is the user's, so the file is opened as carefully
+    as a hostile one: no symlinks (for /tmp inside the job's root, which would otherwise
+    be resolved against the agent's root, nor for the file itself), no blocking on a FIFO,
+    only a regular file owned by the process's own user (a job reports only what it wrote
+    itself), and a few bytes at most. Anything else reads as None; it never raises.
+    """
+
+    def progress_of(pid: int, job_id: int, attempt: int) -> float | None:
+        process_dir = Path(proc_root) / str(pid)
+        tmp_dir, name = PROGRESS_FILE.format(job_id=job_id, attempt=attempt).rsplit("/", 1)
+        try:
+            owner = os.stat(process_dir).st_uid
+            directory = os.open(
+                process_dir / "root" / tmp_dir.lstrip("/"),
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+            )
+        except OSError:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+        except OSError:
+            return None
+        finally:
+            os.close(directory)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != owner:
+                return None
+            raw = os.read(fd, PROGRESS_MAX_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return parse_progress(raw)
+
+    return progress_of
+
+
+def parse_progress(raw: bytes) -> float | None:
+    """The first line as a finite, non-negative number, or None."""
+    line, newline, _ = raw.partition(b"\n")
+    if not newline and len(raw) >= PROGRESS_MAX_BYTES:
+        return None  # the number runs past what we read: never report a truncated one
+    try:
+        value = float(line.strip().decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -43,9 +110,12 @@ def _text(value: Any) -> str:
 class NvmlCollector:
     """Reads every GPU once per `collect()`; Xid errors arrive as NVML events in between."""
 
-    def __init__(self, nvml: Any, *, job_of: JobOf | None = None) -> None:
+    def __init__(
+        self, nvml: Any, *, job_of: JobOf | None = None, progress_of: ProgressOf | None = None
+    ) -> None:
         self.nvml = nvml
         self.job_of = job_of or job_of_pid_from_proc()
+        self.progress_of = progress_of or progress_from_proc()
         nvml.nvmlInit()
         self.handles = [
             nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())
@@ -92,10 +162,12 @@ class NvmlCollector:
         }
 
     def collect(self) -> dict[str, Any]:
-        """One heartbeat's payload: node facts plus one entry per GPU."""
+        """One heartbeat's payload: node facts, one entry per GPU, and the progress of
+        each attempt running here that reports one."""
         nvml = self.nvml
         xids = self._xid_events()
         gpus = []
+        first_pid: dict[tuple[int, int], int] = {}  # attempt → a pid to read its file through
         for index, handle in enumerate(self.handles):
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             memory = self._try(nvml.nvmlDeviceGetMemoryInfo, handle)
@@ -104,6 +176,8 @@ class NvmlCollector:
             processes = []
             for process in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
                 owner = self.job_of(int(process.pid))
+                if owner is not None:
+                    first_pid.setdefault(owner, int(process.pid))
                 used = process.usedGpuMemory  # None when the driver cannot tell
                 processes.append(
                     {
@@ -135,4 +209,9 @@ class NvmlCollector:
                     "processes": processes,
                 }
             )
-        return {**self.node_facts(), "gpus": gpus}
+        jobs = []
+        for (job_id, attempt), pid in sorted(first_pid.items()):
+            progress = self.progress_of(pid, job_id, attempt)
+            if progress is not None:
+                jobs.append({"job_id": job_id, "attempt": attempt, "progress": progress})
+        return {**self.node_facts(), "gpus": gpus, "jobs": jobs}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
+
+from agents.selectors import job_measured_rates
 
 from ..choices import Consolidation
 from ..models import Job, JobEvent
@@ -84,6 +87,14 @@ class JobOutput(serializers.ModelSerializer):
 
 class JobDetailOutput(JobOutput):
     events = JobEventOutput(many=True, read_only=True)
+    measured_speeds = serializers.SerializerMethodField(
+        help_text="Device type -> progress units per second (GPULAB_PROGRESS_FILE), from this "
+        "job or earlier runs of the same image, argv and GPU count; {} when nothing was measured."
+    )
 
     class Meta(JobOutput.Meta):
-        fields = [*JobOutput.Meta.fields, "events"]
+        fields = [*JobOutput.Meta.fields, "measured_speeds", "events"]
+
+    def get_measured_speeds(self, job: Job) -> dict[str, float]:
+        rates = job_measured_rates(job_id=job.pk, now=timezone.now())
+        return {name: round(rate, 3) for name, rate in sorted(rates.items())}

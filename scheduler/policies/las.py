@@ -318,6 +318,17 @@ def reserve_for_starving(
     )
     reasons = {hold.job_id: hold.reason for hold in decisions.holds}
     reasons.update(dict.fromkeys(cut, reserved))
+    # A job of a lower queue the pass held for capacity may fit in what the cut frees, and
+    # the reservation is then what keeps it out: its reason must say so, not "Behind".
+    for hold in decisions.holds:
+        job = jobs[hold.job_id]
+        if (
+            hold.reason.code in (ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES)
+            and position[hold.job_id] > position[blocked]
+            and levels[hold.job_id] >= floor
+            and (not wanted or not job.accepted_types or set(job.accepted_types) & set(wanted))
+        ):
+            reasons[hold.job_id] = reserved
     held = sorted(reasons, key=position.__getitem__)
     holds = tuple(Hold(job_id, reasons[job_id], place) for place, job_id in enumerate(held, 1))
     return replace(decisions, starts=starts, preemptions=tuple(preemptions), holds=holds)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from agents.node_agent.collector import NvmlCollector, job_of_pid_from_proc
+from agents.node_agent.collector import (
+    PROGRESS_FILE,
+    NvmlCollector,
+    job_of_pid_from_proc,
+    progress_from_proc,
+)
 from agents.node_agent.simnvml import SimGpu, SimProcess, SimulatedNvml
+from agents.runtimes import progress_file_path
 
 MIB = 1024 * 1024
 
@@ -28,7 +38,9 @@ def two_gpus() -> SimulatedNvml:
 
 
 def test_it_reports_every_gpu_with_its_readings_in_the_agreed_units() -> None:
-    collector = NvmlCollector(two_gpus(), job_of={101: (7, 2)}.get)
+    collector = NvmlCollector(
+        two_gpus(), job_of={101: (7, 2)}.get, progress_of=lambda pid, job, attempt: None
+    )
 
     report = collector.collect()
 
@@ -51,11 +63,12 @@ def test_it_reports_every_gpu_with_its_readings_in_the_agreed_units() -> None:
             "processes": [],
         },
     ]  # fmt: skip
+    assert report["jobs"] == []
 
 
 def test_xid_events_are_reported_once_on_the_gpu_that_raised_them() -> None:
     nvml = two_gpus()
-    collector = NvmlCollector(nvml, job_of=lambda pid: None)
+    collector = NvmlCollector(nvml, job_of=lambda pid: None, progress_of=lambda *args: None)
     nvml.raise_xid("GPU-0001", 79)
     nvml.raise_xid("GPU-0001", 48)
 
@@ -82,3 +95,157 @@ def test_processes_map_to_their_job_through_the_launchers_environment(
         (tmp_path / "555").mkdir()
         (tmp_path / "555" / "environ").write_bytes(environ)
     assert job_of_pid_from_proc(tmp_path)(555) == owner
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_an_owned_process_reports_its_jobs_progress() -> None:
+    asked = []
+
+    def progress_of(pid: int, job_id: int, attempt: int) -> float | None:
+        asked.append((pid, job_id, attempt))
+        return 1234.5
+
+    report = NvmlCollector(two_gpus(), job_of={101: (7, 2)}.get, progress_of=progress_of).collect()
+
+    assert report["jobs"] == [{"job_id": 7, "attempt": 2, "progress": 1234.5}]
+    assert asked == [(101, 7, 2)]  # unowned pid 102 is never read
+
+
+def test_an_attempt_without_a_readable_progress_file_has_no_entry() -> None:
+    report = NvmlCollector(
+        two_gpus(), job_of={101: (7, 2)}.get, progress_of=lambda *args: None
+    ).collect()
+
+    assert report["jobs"] == []
+
+
+def test_an_attempt_on_two_gpus_is_read_once_through_its_first_process() -> None:
+    nvml = SimulatedNvml(
+        [
+            SimGpu(uuid="GPU-0", processes=[SimProcess(pid=301, usedGpuMemory=None),
+                                            SimProcess(pid=201, usedGpuMemory=None)]),
+            SimGpu(uuid="GPU-1", processes=[SimProcess(pid=302, usedGpuMemory=None)]),
+        ]
+    )  # fmt: skip
+    owners = {301: (9, 1), 302: (9, 1), 201: (5, 4)}
+    asked = []
+
+    def progress_of(pid: int, job_id: int, attempt: int) -> float | None:
+        asked.append(pid)
+        return float(pid)
+
+    report = NvmlCollector(nvml, job_of=owners.get, progress_of=progress_of).collect()
+
+    assert report["jobs"] == [
+        {"job_id": 5, "attempt": 4, "progress": 201.0},
+        {"job_id": 9, "attempt": 1, "progress": 301.0},
+    ]
+    assert sorted(asked) == [201, 301]
+
+
+def test_the_agent_reads_the_path_the_launcher_gives_the_job() -> None:
+    assert PROGRESS_FILE.format(job_id=7, attempt=2) == progress_file_path(7, 2)
+
+
+def job_tmp(proc: Path, pid: int = 555) -> Path:
+    """`<proc>/<pid>/root/tmp`: a fake /proc entry whose root is a directory of ours."""
+    tmp = proc / str(pid) / "root" / "tmp"
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def test_progress_is_read_from_the_file_inside_the_processs_own_root(tmp_path: Path) -> None:
+    (job_tmp(tmp_path) / "gpulab-progress-7-2").write_text("1234.5\n")
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) == 1234.5
+    assert progress_from_proc(tmp_path)(555, 7, 3) is None  # another attempt's file
+    assert progress_from_proc(tmp_path)(556, 7, 2) is None  # no such process
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"steps: 12\n", b"nan\n", b"inf", b"-3\n", b"\xff\xfe", b"1" * 100, b"12 34"],
+)
+def test_anything_but_one_finite_non_negative_number_reads_as_none(
+    tmp_path: Path, content: bytes
+) -> None:
+    (job_tmp(tmp_path) / "gpulab-progress-7-2").write_bytes(content)
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) is None
+
+
+def test_only_the_first_line_counts(tmp_path: Path) -> None:
+    (job_tmp(tmp_path) / "gpulab-progress-7-2").write_bytes(b"  42 \nwhatever follows")
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) == 42.0
+
+
+def test_a_symlinked_progress_file_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("99\n")
+    (job_tmp(tmp_path) / "gpulab-progress-7-2").symlink_to(secret)
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) is None
+
+
+def test_a_symlinked_tmp_inside_the_job_is_refused(tmp_path: Path) -> None:
+    # Inside /proc/<pid>/root an absolute link would resolve against the agent's root.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "gpulab-progress-7-2").write_text("99\n")
+    (tmp_path / "555" / "root").mkdir(parents=True)
+    (tmp_path / "555" / "root" / "tmp").symlink_to(elsewhere)
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) is None
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(job_tmp(tmp_path) / "gpulab-progress-7-2")
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) is None
+
+
+def test_a_file_owned_by_another_user_than_the_process_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job_tmp(tmp_path) / "gpulab-progress-7-2").write_text("1234.5\n")
+    process_dir = str(tmp_path / "555")
+    real_stat = os.stat
+
+    def stat_as_if_another_user_ran_555(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real_stat(path, *args, **kwargs)
+        if os.fspath(path) != process_dir:
+            return result
+        fields = list(result)
+        fields[4] = result.st_uid + 1  # st_uid
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "stat", stat_as_if_another_user_ran_555)
+
+    assert progress_from_proc(tmp_path)(555, 7, 2) is None
+
+
+def test_a_real_process_is_read_through_the_real_proc() -> None:
+    """No fake tree: a child process writes its progress where the launcher tells it, and
+    the agent's default reader finds it through /proc/<pid>/root."""
+    job_id, attempt = 900_000 + os.getpid() % 1000, 1
+    path = progress_file_path(job_id, attempt)
+    script = (
+        "import os, time; open(os.environ['GPULAB_PROGRESS_FILE'], 'w').write('42.5\\n'); "
+        "time.sleep(30)"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, "GPULAB_PROGRESS_FILE": path}
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert progress_from_proc()(child.pid, job_id, attempt) == 42.5
+        assert progress_from_proc()(child.pid, job_id, attempt + 1) is None
+    finally:
+        child.kill()
+        child.wait()
+        Path(path).unlink(missing_ok=True)

@@ -16,7 +16,9 @@ from agents.runtimes import (
     docker_run_argv,
     docker_status_argv,
     docker_stop_argv,
+    job_environment,
     parse_attempt_name,
+    progress_file_path,
     wrapped_launch_script,
     wrapped_program,
 )
@@ -51,6 +53,7 @@ def test_docker_run_argv_is_exact() -> None:
         "--env", "GPULAB_JOB_ID=42",
         "--env", "GPULAB_ATTEMPT=3",
         "--env", "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "--env", "GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3",
         "nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
     ]  # fmt: skip
 
@@ -62,6 +65,7 @@ def test_a_cpu_only_docker_job_gets_no_gpus_flag_and_no_limits_unless_set() -> N
         "--label", "gpulab.job=42", "--label", "gpulab.attempt=3",
         "--env", "GPULAB_JOB_ID=42", "--env", "GPULAB_ATTEMPT=3",
         "--env", "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "--env", "GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3",
         "nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
     ]  # fmt: skip
 
@@ -79,6 +83,7 @@ def test_apptainer_argv_is_exact_and_its_environment_travels_as_apptainerenv() -
         "APPTAINERENV_GPULAB_JOB_ID=42",
         "APPTAINERENV_GPULAB_ATTEMPT=3",
         "APPTAINERENV_GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "APPTAINERENV_GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3",
         "apptainer", "exec", "--nv", "--cleanenv",
         "docker://nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
     ]  # fmt: skip
@@ -93,8 +98,27 @@ def test_process_runtime_pins_the_gpus_with_cuda_visible_devices() -> None:
         "GPULAB_JOB_ID=42",
         "GPULAB_ATTEMPT=3",
         "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
+        "GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3",
         "python", "train.py", "--lr", "0.1",
     ]  # fmt: skip
+
+
+def test_every_runtime_tells_the_job_where_to_write_its_progress() -> None:
+    assert progress_file_path(42, 3) == "/tmp/gpulab-progress-42-3"
+    expected = "GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3"
+
+    assert expected in docker_run_argv(spec())
+    assert f"APPTAINERENV_{expected}" in wrapped_program(spec(), "apptainer")
+    assert expected in wrapped_program(spec(), "process")
+
+
+def test_gpulab_sets_the_progress_file_over_any_user_value() -> None:
+    # Submission refuses GPULAB_* names (so do the argv builders, below); a row written
+    # past that check still cannot move where the agent looks.
+    environment = job_environment(spec(env={"GPULAB_PROGRESS_FILE": "/etc/shadow"}))
+    assert environment["GPULAB_PROGRESS_FILE"] == "/tmp/gpulab-progress-42-3"
+    with pytest.raises(LaunchRefused, match="set by gpulab itself"):
+        docker_run_argv(spec(env={"GPULAB_PROGRESS_FILE": "/etc/shadow"}))
 
 
 def test_the_launch_script_passes_user_input_only_as_quoted_arguments_of_a_constant_wrapper() -> (

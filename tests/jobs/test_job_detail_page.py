@@ -448,8 +448,9 @@ def test_the_detail_page_needs_a_bounded_number_of_queries(
         job_preempt(job_id=victim.pk, reason=f"round {n}", by_job_id=winner.pk)
         Job.objects.filter(pk=victim.pk).update(state=JobState.RUNNING)
     client = logged_in(lab_admin)
-    # session, user, job, events, mentioned jobs, 2 chart bounds, minutes, samples
-    with django_assert_max_num_queries(10):
+    # session, user, job, events, mentioned jobs, 2 chart bounds, minutes, samples, and for
+    # the measured speed the job's argv as text and its program's progress rows
+    with django_assert_max_num_queries(12):
         response = client.get(f"/jobs/{victim.pk}/")
     assert response.status_code == 200
 

@@ -165,6 +165,23 @@ def test_devices_are_kept_for_a_starving_job_that_cannot_start_yet() -> None:
     assert set(started(run(jobs, starvation_seconds=0.0))) == {8, 9}
 
 
+def test_a_job_that_would_fit_once_the_reservation_cut_a_start_is_held_reserved() -> None:
+    # 4 GPUs free. In the pass the queue-5 1-GPU job (8) starts and leaves 3, so the
+    # queue-5 4-GPU job (10) behind it is held for capacity; the reservation then cuts job
+    # 8's start, and 4 GPUs are free: job 10 fits, and only the reservation keeps it out.
+    # Its reason must say so (found by the hypothesis property on held jobs).
+    jobs = [
+        *full_node((1, 2, 0), (2, 2, 2)),
+        waiting(7, 8, level=2, waited=4000.0, submit_time=1.0),
+        waiting(8, 1, level=5, waited=10.0),
+        waiting(10, 4, level=5, waited=10.0, submit_time=2.0),
+    ]
+    decisions = run(jobs)
+    assert started(decisions) == {}
+    assert reasons(decisions)[8].code is ReasonCode.RESERVED
+    assert reasons(decisions)[10].code is ReasonCode.RESERVED
+
+
 def test_a_quota_held_starving_job_reserves_nothing() -> None:
     jobs = [
         *full_node((1, 2, 0)),
