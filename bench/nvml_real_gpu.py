@@ -4,10 +4,13 @@ What it does (on a GPU machine; nothing here runs in CI):
 1. Starts a loopback HTTP server that stands in for the control plane's heartbeat endpoint and
    records every request body it receives.
 2. Starts a GPU load (PyTorch matrix products, when PyTorch is installed) in a child process
-   whose environment carries GPULAB_JOB_ID=4242 and GPULAB_ATTEMPT=1, as the launcher sets
-   them, so the collector's pid -> job mapping is exercised on real NVML process lists.
-3. Runs the unmodified agent entry point twice with `--once` (idle, then under load), each
-   a real heartbeat over HTTP, and prints what NVML reported.
+   whose environment carries GPULAB_JOB_ID=4242, GPULAB_ATTEMPT=1 and GPULAB_PROGRESS_FILE,
+   as the launcher sets them, so the collector's pid -> job mapping is exercised on real
+   NVML process lists; the load writes its count of matrix products to the progress file,
+   as a training script would write its step.
+3. Runs the unmodified agent entry point three times with `--once` (idle, then twice under
+   load, `--gap` seconds apart), each a real heartbeat over HTTP, and prints what NVML
+   reported and the job's progress as the agent read it through /proc/<pid>/root.
 
 Writes the received payloads to `--output` (default bench/results/nvml_real_gpu.json) so the
 control plane's own heartbeat validation can be run over them on a machine with the
@@ -30,16 +33,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from agents.node_agent.collector import PROGRESS_FILE  # noqa: E402  (standard library only)
+
 RECEIVED: list[dict] = []
 
 LOAD = """
-import time, torch
+import os, time, torch
+progress = os.environ["GPULAB_PROGRESS_FILE"]
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 end = time.time() + float(__import__("sys").argv[1])
+steps = 0
 while time.time() < end:
     for _ in range(50):
         a = (a @ a).clamp_(-1, 1)
     torch.cuda.synchronize()
+    steps += 50
+    with open(progress + ".tmp", "w") as out:  # rename: the agent never reads half a number
+        out.write(f"{steps}\\n")
+    os.replace(progress + ".tmp", progress)
 """
 
 
@@ -81,7 +94,8 @@ def beat(url: str, token_file: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "nvml_real_gpu.json"))
-    parser.add_argument("--load-seconds", type=float, default=25.0)
+    parser.add_argument("--load-seconds", type=float, default=35.0)
+    parser.add_argument("--gap", type=float, default=10.0, help="seconds between loaded beats")
     args = parser.parse_args()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Heartbeats)
@@ -91,14 +105,26 @@ def main() -> int:
     token_file.write_text("real-gpu-check-token\n")
 
     codes = {"idle": beat(url, token_file)}
-    env = {**os.environ, "GPULAB_JOB_ID": "4242", "GPULAB_ATTEMPT": "1"}
+    progress_file = PROGRESS_FILE.format(job_id=4242, attempt=1)
+    env = {
+        **os.environ,
+        "GPULAB_JOB_ID": "4242",
+        "GPULAB_ATTEMPT": "1",
+        "GPULAB_PROGRESS_FILE": progress_file,
+    }
     load = subprocess.Popen([sys.executable, "-c", LOAD, str(args.load_seconds)], env=env)
-    time.sleep(min(12.0, args.load_seconds / 2))  # CUDA context up, utilization sampled
+    time.sleep(12.0)  # CUDA context up, utilization sampled, a few progress writes
     codes["loaded"] = beat(url, token_file)
+    loaded_at = time.monotonic()
+    time.sleep(args.gap)
+    codes["loaded again"] = beat(url, token_file)
+    gap = time.monotonic() - loaded_at
     load.wait(timeout=args.load_seconds + 60)
+    Path(progress_file).unlink(missing_ok=True)
     server.shutdown()
 
-    for label, received in zip(("idle", "loaded"), RECEIVED, strict=False):
+    labels = ("idle", "loaded", "loaded again")
+    for label, received in zip(labels, RECEIVED, strict=False):
         payload = received["payload"]
         print(f"== {label}: POST {received['path']} ({received['authorization'][:6]}...)")
         print(f"   driver {payload['driver_version']}, CUDA {payload['cuda_version']}")
@@ -113,11 +139,25 @@ def main() -> int:
                 f"{gpu['power_w']} W, ecc {gpu['ecc_uncorrected']}, xid {gpu['xid_errors']}"
             )
             print(f"     processes (pid, job, attempt, MiB): {procs}")
-    result = {"exit_codes": codes, "heartbeats": RECEIVED, "python": sys.version}
+        print(f"   jobs' progress: {payload.get('jobs')}")
+    readings = [
+        entry["progress"]
+        for received in RECEIVED[1:]
+        for entry in received["payload"].get("jobs", [])
+        if entry["job_id"] == 4242
+    ]
+    rate = (readings[1] - readings[0]) / gap if len(readings) == 2 else None
+    print(f"progress {readings} over {gap:.1f} s: {rate} matrix products/s")
+    result = {
+        "exit_codes": codes,
+        "heartbeats": RECEIVED,
+        "python": sys.version,
+        "progress_rate_per_second": rate,
+    }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.output}")
-    return 0 if codes == {"idle": 0, "loaded": 0} and len(RECEIVED) == 2 else 1
+    return 0 if set(codes.values()) == {0} and len(RECEIVED) == 3 and rate else 1
 
 
 if __name__ == "__main__":

@@ -294,3 +294,11 @@ def test_the_api_gives_the_owner_the_measured_speed_and_hides_the_job_from_other
 
     assert mine.json()["measured_speeds"] == {"a100": 1000.0, "k80": 100.0}
     assert theirs.status_code == 404
+
+
+def test_the_submit_page_tells_students_how_to_report_progress(db: None, client) -> None:  # type: ignore[no-untyped-def]
+    client.force_login(UserFactory())
+
+    page = client.get("/jobs/submit/").content.decode()
+
+    assert "GPULAB_PROGRESS_FILE" in page
