@@ -37,6 +37,7 @@ from .models import (
     JobProgress,
     NodeAgentToken,
 )
+from .selectors import PROGRESS_HISTORY
 from .services import node_heartbeat_seen, ssh_dispatch_enabled
 
 logger = logging.getLogger(__name__)
@@ -283,7 +284,8 @@ def metrics_rollup(*, now: datetime | None = None) -> dict[str, int]:
 
     1. Every complete minute since the last rolled one (at most 24 h back) is aggregated
        per device (and per job and device) and upserted, so a rerun is harmless.
-    2. Raw samples older than 24 h and minute rows older than 30 days are deleted.
+    2. Raw samples older than 24 h, minute rows older than 30 days and jobs' progress
+       readings older than the speed history (`PROGRESS_HISTORY`, 30 days) are deleted.
     Returns row counts.
     """
     now = now or timezone.now()
@@ -334,4 +336,8 @@ def metrics_rollup(*, now: datetime | None = None) -> dict[str, int]:
         counts[f"{minute_model.__name__} deleted"] = minute_model.objects.filter(
             minute__lt=now - MINUTE_RETENTION
         ).delete()[0]
+    # Progress older than what rounds read for speeds (agents.selectors) serves nothing.
+    counts["JobProgress deleted"] = JobProgress.objects.filter(
+        last_at__lt=now - PROGRESS_HISTORY
+    ).delete()[0]
     return counts

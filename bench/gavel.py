@@ -24,6 +24,10 @@ Cells (each a full replay through `scheduler.sim.engine` with the live policy co
   session).
 - `las+allox-nolend`: the default without lending idle devices (`allox.FILL_FLOOR = None`:
   under a queue a device no waiting job was narrowed to stays idle).
+- `las+allox-nospeeds`: the default, but the policy never sees a job's per-model speeds
+  (`Job.throughputs` emptied before every `decide`; jobs still run at their real speeds):
+  the live loop when no job reports its progress (`GPULAB_PROGRESS_FILE`), placing by the
+  admin-set type speeds (Gavel's geometric means) alone.
 
 Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
@@ -48,9 +52,9 @@ import platform
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from scheduler.core.types import TIRESIAS_RULES, PlacementKind
+from scheduler.core.types import TIRESIAS_RULES, Decisions, PlacementKind, Snapshot
 from scheduler.policies.allox import FILL_FLOOR as DEFAULT_FILL_FLOOR
 from scheduler.sim.gavel import WINDOW, GavelRun, experiment_settings, run_cell
 
@@ -65,6 +69,7 @@ CELLS = (
     "las+allox-nogate",
     "las+allox-noevict",
     "las+allox-nolend",
+    "las+allox-nospeeds",
 )
 # Ablations of the default's settings (the module switches are set in `run_one`).
 CELL_OVERRIDES: dict[str, Mapping[str, object]] = {
@@ -92,6 +97,7 @@ def run_one(
     allox.MIGRATION = cell not in ("las+allox-nomove", "las+allox-pass")
     allox.EVICTION = cell != "las+allox-noevict"
     allox.FILL_FLOOR = None if cell == "las+allox-nolend" else DEFAULT_FILL_FLOOR
+    blind_to_speeds = cell == "las+allox-nospeeds"
     return run_cell(
         cell if users == "per-job" else f"{cell}/{users}",
         experiment_settings(placement, **CELL_OVERRIDES.get(cell, {})),
@@ -100,7 +106,16 @@ def run_one(
         window=window,
         tail_hours=tail,
         users=users,
+        decide=_decide_without_speeds if blind_to_speeds else None,
     )
+
+
+def _decide_without_speeds(snapshot: Snapshot) -> Decisions:
+    """The live policy on a snapshot whose jobs carry no measured speeds."""
+    from scheduler.policies import decide
+
+    jobs = tuple(replace(job, throughputs=()) for job in snapshot.jobs)
+    return decide(replace(snapshot, jobs=jobs))
 
 
 def _hours(value: float) -> str:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from agents.heartbeats import metrics_rollup
-from agents.models import GpuMinute, GpuSample, JobGpuMinute, JobGpuSample
+from agents.models import GpuMinute, GpuSample, JobGpuMinute, JobGpuSample, JobProgress
 from tests.factories import DeviceFactory, JobFactory
 
 NOW = timezone.now().replace(second=30, microsecond=0)
@@ -72,3 +72,17 @@ def test_raw_samples_are_kept_24_hours_and_minutes_30_days(db: None) -> None:
     assert list(GpuSample.objects.values_list("pk", flat=True)) == [kept.pk]
     assert recent.pk in GpuMinute.objects.values_list("pk", flat=True)
     assert not GpuMinute.objects.filter(minute__lt=NOW - timedelta(days=30)).exists()
+
+
+def test_progress_readings_are_kept_as_long_as_rounds_read_them(db: None) -> None:
+    job = JobFactory()
+    for attempt, age in ((1, timedelta(days=31)), (2, timedelta(days=29))):
+        JobProgress.objects.create(
+            job=job, attempt=attempt, first_progress=0.0, first_at=NOW - age,
+            last_progress=1.0, last_at=NOW - age,
+        )  # fmt: skip
+
+    counts = metrics_rollup(now=NOW)
+
+    assert counts["JobProgress deleted"] == 1
+    assert list(JobProgress.objects.values_list("attempt", flat=True)) == [2]
