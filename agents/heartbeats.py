@@ -233,9 +233,10 @@ def _record_progress(node: Node, readings: list[dict[str, Any]], now: datetime) 
     """Fold progress readings into each attempt's JobProgress row; how many were taken.
 
     A reading counts only for an attempt with a live allocation on this node (an agent may
-    not report for jobs elsewhere), and is tied to the attempt's device type when all its
-    devices, on any node, are of one type. A count lower than the last one means the job
-    restarted its counter within the attempt: the rate then starts again from there.
+    not report for jobs elsewhere), from one node per attempt, and is tied to the attempt's
+    device type when all its devices, on any node, are of one type. A count lower than the
+    last one means the job restarted its counter within the attempt: the rate then starts
+    again from there.
     """
     if not readings:
         return 0
@@ -246,12 +247,21 @@ def _record_progress(node: Node, readings: list[dict[str, Any]], now: datetime) 
         ).values_list("job_id", "attempt")
     )
     types: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for job_id, attempt, type_id in Allocation.objects.filter(
+    # An attempt spread over nodes is measured from one of them only (the node of its
+    # lowest device): its ranks may count differently, and readings alternating between
+    # two counters would look like restarts.
+    first_device: dict[tuple[int, int], tuple[int, int]] = {}
+    for job_id, attempt, type_id, device_id, node_id in Allocation.objects.filter(
         ended_at__isnull=True, job_id__in={job for job, _ in here}
-    ).values_list("job_id", "attempt", "device__device_type_id"):
+    ).values_list("job_id", "attempt", "device__device_type_id", "device_id", "device__node_id"):
         types[(job_id, attempt)].add(type_id)
+        first_device[(job_id, attempt)] = min(
+            first_device.get((job_id, attempt), (device_id, node_id)), (device_id, node_id)
+        )
     taken = 0
     for key in sorted(here & wanted.keys()):
+        if first_device[key][1] != node.pk:
+            continue
         progress = wanted[key]
         type_ids = types[key]
         row = JobProgress.objects.select_for_update().filter(job_id=key[0], attempt=key[1]).first()

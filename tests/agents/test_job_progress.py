@@ -302,3 +302,20 @@ def test_the_submit_page_tells_students_how_to_report_progress(db: None, client)
     page = client.get("/jobs/submit/").content.decode()
 
     assert "GPULAB_PROGRESS_FILE" in page
+
+
+def test_an_attempt_across_two_nodes_is_measured_from_one_of_them(two_nodes) -> None:
+    here, there = two_nodes
+    mine, theirs = here.devices.get(index=0), there.devices.get()
+    job = running_on(mine, theirs)
+    # Measured from the node of the attempt's lowest device id.
+    first, other = (here, there) if mine.pk < theirs.pk else (there, here)
+
+    heartbeat(first, [(job.pk, job.attempt, 100.0)], T0)
+    ignored = heartbeat(other, [(job.pk, job.attempt, 7.0)], T0 + timedelta(seconds=5))
+    heartbeat(first, [(job.pk, job.attempt, 700.0)], T0 + timedelta(minutes=1))
+
+    assert ignored["recorded_progress"] == 0
+    row = JobProgress.objects.get()
+    assert (row.first_progress, row.last_progress) == (100.0, 700.0)
+    assert row.device_type.name == "a100"
