@@ -150,7 +150,7 @@ class JobProgress(models.Model):
     A job that writes its cumulative work count (steps, samples: any unit proportional to
     work) to `$GPULAB_PROGRESS_FILE` has it read by the node agent at every heartbeat. The
     first and the latest reading of an attempt give its rate on the attempt's device type;
-    rates across types are what AlloX placement needs (`agents.selectors.measured_speeds`).
+    rates across types are what AlloX placement needs (`agents.selectors.measured_rates`).
     One row per attempt, updated in place: the rate needs only the two ends.
     """
 
@@ -174,7 +174,3 @@ class JobProgress(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt}: {self.last_progress:g}"
-
-    @property
-    def span_seconds(self) -> float:
-        return (self.last_at - self.first_at).total_seconds()

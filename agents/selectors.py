@@ -99,9 +99,10 @@ PROGRESS_HISTORY = timedelta(days=30)
 PROGRESS_ROWS = 10_000
 
 
-# A job's argv as the database renders its JSON: compared as text, never decoded, since a
-# round reads it for every active job.
-COMMAND_TEXT = Cast("command", output_field=TextField())
+def argv_text(path: str = "command") -> Cast:
+    """A job's argv as the database renders its JSON (`path` leads to the job's `command`):
+    programs are compared as text, never decoded, since a round reads every active job's."""
+    return Cast(path, output_field=TextField())
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class JobProgram:
 
     job_id: int
     image: str
-    command_text: str  # `COMMAND_TEXT` of the job's row
+    command_text: str  # `argv_text()` of the job's row
     num_gpus: int
 
     @property
@@ -145,7 +146,7 @@ def measured_rates(
             # Narrows the read to candidate programs; the key below decides.
             job__image__in={job.image for job in jobs},
         )
-        .annotate(command_text=Cast("job__command", output_field=TextField()))
+        .annotate(command_text=argv_text("job__command"))
         .order_by("-last_at")
         .values_list(
             "job_id", "job__image", "command_text", "job__num_gpus", "device_type__name",
@@ -185,7 +186,7 @@ def job_measured_rates(*, job_id: int, now: datetime) -> dict[str, float]:
     programs = [
         JobProgram(*row)
         for row in Job.objects.filter(pk=job_id)
-        .annotate(command_text=COMMAND_TEXT)
+        .annotate(command_text=argv_text())
         .values_list("id", "image", "command_text", "num_gpus")
     ]
     return dict(measured_rates(jobs=programs, now=now).get(job_id, ()))

@@ -19,7 +19,7 @@ from datetime import datetime
 from django.conf import settings as django_settings
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
-from agents.selectors import COMMAND_TEXT, JobProgram, measured_rates
+from agents.selectors import JobProgram, argv_text, measured_rates
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, Node
 from jobs.choices import JobState
@@ -94,7 +94,8 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         held[job_id].append(device_id)
         held_since[job_id] = started_at.timestamp()
 
-    rows = Job.objects.filter(state__in=SNAPSHOT_STATES).annotate(command_text=COMMAND_TEXT).values(
+    active = Job.objects.filter(state__in=SNAPSHOT_STATES).annotate(command_text=argv_text())
+    rows = active.values(
         "id", "owner__username", "owner_id", "group__name", "group_id", "num_gpus",
         "submitted_at", "state", "accepted_types", "consolidation", "attained_service",
         "service_since_promotion", "executed_since_promotion", "waiting_since_promotion",

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from agents.heartbeats import agent_heartbeat_record, node_agent_token_create
 from agents.models import JobProgress
-from agents.selectors import COMMAND_TEXT, JobProgram, measured_rates
+from agents.selectors import JobProgram, argv_text, measured_rates
 from cluster.models import Device, DeviceType, Node
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
@@ -77,7 +77,8 @@ def test_readings_become_one_row_per_attempt_on_its_device_type(two_nodes) -> No
     assert result["recorded_progress"] == 1
     row = JobProgress.objects.get()
     assert (row.job_id, row.attempt, row.device_type.name) == (job.pk, job.attempt, "k80")
-    assert (row.first_progress, row.last_progress, row.span_seconds) == (100.0, 1300.0, 120.0)
+    assert (row.first_progress, row.first_at) == (100.0, T0)
+    assert (row.last_progress, row.last_at) == (1300.0, T0 + timedelta(minutes=2))
 
 
 def test_an_agent_cannot_report_for_a_job_on_another_node_or_another_attempt(two_nodes) -> None:
@@ -172,7 +173,7 @@ def measured(
 
 
 def program(job: Job) -> JobProgram:
-    text = Job.objects.annotate(text=COMMAND_TEXT).values_list("text", flat=True).get(pk=job.pk)
+    text = Job.objects.annotate(text=argv_text()).values_list("text", flat=True).get(pk=job.pk)
     return JobProgram(job.pk, job.image, text, job.num_gpus)
 
 
