@@ -35,7 +35,11 @@ class JobSubmitForm(forms.Form):
         choices=Consolidation.choices, initial=Consolidation.PREFERRED
     )
     walltime_minutes = forms.IntegerField(
-        required=False, min_value=1, label="Walltime (minutes)", help_text="Optional limit."
+        required=False,
+        min_value=1,
+        label="Walltime (minutes)",
+        help_text="Optional. The job is stopped and fails once it has run this long, "
+        "all attempts together.",
     )
     max_retries = forms.IntegerField(min_value=0, initial=0)
     env = forms.CharField(

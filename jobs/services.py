@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from accounts.models import LabGroup, User
 from cluster import selectors as cluster_selectors
-from config.errors import IllegalTransition, NotFound, ValidationFailed
+from config.errors import ApplicationError, IllegalTransition, NotFound, ValidationFailed
 from scheduler.core.accounting import decay_usage
 from scheduler.triggers import round_request_on_commit
 
@@ -455,6 +456,46 @@ def job_mark_lost(*, job_id: int, message: str) -> Job:
         message=message,
         reason=message,
     )
+
+
+def jobs_time_out(*, now: datetime) -> list[int]:
+    """STARTING or RUNNING → FAILED for every job that has used up its walltime.
+
+    The limit counts all the time the job has held devices, over every attempt (Kueue's
+    maximum execution time counts the same way): restarting the clock at each requeue
+    would let a job preempted often run past its limit. A timed-out job is not retried
+    (as in Slurm, TIMEOUT is final). The node poll then stops its process, SIGTERM and
+    grace first, exactly as for a cancelled job. Returns the ids of the jobs timed out.
+    """
+    running = Job.objects.filter(
+        state__in=(JobState.STARTING, JobState.RUNNING), walltime_seconds__isnull=False
+    ).values_list("pk", "walltime_seconds", "total_run_seconds", "started_at")
+    timed_out = []
+    for job_id, limit, earlier_attempts, started_at in running:
+        this_attempt = max((now - started_at).total_seconds(), 0.0) if started_at else 0.0
+        ran = earlier_attempts + this_attempt
+        if ran < limit:
+            continue
+        message = f"Walltime exceeded: ran {_clock(ran)} of its {_clock(limit)} limit."
+        try:
+            job_transition(
+                job_id=job_id,
+                to_state=JobState.FAILED,
+                actor=EventActor.SYSTEM,
+                message=message,
+                expected=frozenset({JobState.STARTING, JobState.RUNNING}),
+                reason=message,
+            )
+        except ApplicationError:
+            continue  # it ended or was preempted meanwhile: nothing left to time out
+        timed_out.append(job_id)
+    return timed_out
+
+
+def _clock(seconds: float) -> str:
+    """Seconds as h:mm:ss, the way Slurm prints time limits."""
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 def job_fail(*, job_id: int, message: str) -> Job:

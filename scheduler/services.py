@@ -20,7 +20,7 @@ from cluster.models import Device
 from config.errors import ApplicationError
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
-from jobs.services import job_preempt, job_start
+from jobs.services import job_preempt, job_start, jobs_time_out
 from scheduler.core.types import Decisions, Hold, Preempt, QueueChange, SchedulerSettings, Start
 from scheduler.policies import decide
 
@@ -44,7 +44,8 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
     """Run one round, unless another holds the lock (then record that and return at once).
 
     1. Take the round lock (PostgreSQL advisory lock).
-    2. Read the stored settings and build the snapshot as of now.
+    2. Fail the jobs whose walltime is used up, then read the stored settings and build
+       the snapshot as of now.
     3. `decide(snapshot)`: the configured pure policy, invariant-checked.
     4. Apply every decision in one transaction; one that no longer holds is dropped.
     5. After commit, ask the agents to start and stop work (never for uncommitted rows).
@@ -59,6 +60,10 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
             )
         config = scheduler_config_get()
         settings = scheduler_settings_from(config)
+        # Under the lock and before the snapshot, so this round already reuses their devices.
+        timed_out = jobs_time_out(now=started_at)
+        if timed_out:
+            logger.info("Walltime exceeded, jobs failed: %s", timed_out)
         snapshot, context = snapshot_build(now=started_at, settings=settings)
         built = time.perf_counter()
         decisions = decide(snapshot)

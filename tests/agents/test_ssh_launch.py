@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
+
+from django.utils import timezone
 
 from agents.services import agent_launch, agent_logs_tail, agent_node_poll, agent_stop
 from cluster.models import Node
 from jobs.choices import JobState
 from jobs.models import Job
-from jobs.services import job_preempt
+from jobs.services import job_preempt, jobs_time_out
 from tests.agents.conftest import started_job, wait_for
 
 
@@ -106,6 +109,32 @@ def test_an_attempt_of_a_cancelled_job_is_stopped_by_the_poll(
     assert counts["stopped"] == 1
     pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
     wait_for(lambda: not _alive(pgid))
+
+
+def test_a_job_past_its_walltime_fails_and_the_poll_stops_it_with_sigterm_first(
+    ssh_node: Node, ssh_settings: Path
+) -> None:
+    job = started_job(
+        ssh_node,
+        command=["sh", "-c", "trap 'echo stopped; exit 0' TERM; echo ready; "
+                             "while :; do sleep 0.1; done"],
+        walltime_seconds=60,
+    )  # fmt: skip
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
+
+    assert jobs_time_out(now=timezone.now() + timedelta(seconds=61)) == [job.pk]
+    counts = agent_node_poll(node_id=ssh_node.pk, grace_seconds=5)
+
+    timed_out = Job.objects.get(pk=job.pk)
+    assert timed_out.state == JobState.FAILED
+    assert timed_out.reason.startswith("Walltime exceeded: ran 0:01:0")
+    assert counts["stopped"] == 1
+    wait_for(lambda: not _alive(pgid))
+    # The job saw SIGTERM and had its grace period, as for a preemption.
+    out = (ssh_settings / f"gpulab-{job.pk}-1" / "stdout").read_text()
+    assert out == "ready\nstopped\n"
 
 
 def _alive(pgid: int) -> bool:

@@ -1,0 +1,117 @@
+"""Walltime limits: a job that has held devices for its walltime is stopped and fails."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from jobs.choices import EventActor, JobState
+from jobs.models import Allocation, Job, JobEvent
+from jobs.services import JobSpec, job_preempt, job_submit, jobs_time_out
+from scheduler.services import scheduling_round_run
+from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
+
+
+def submit(user, gpus: int, *, walltime: int | None = None) -> Job:
+    # `sleep` far longer than any test: the simulated agent must not finish these jobs.
+    return job_submit(
+        owner=user,
+        spec=JobSpec(
+            image="pytorch/pytorch:2.4.0",
+            command=["sleep", "1000000"],
+            num_gpus=gpus,
+            walltime_seconds=walltime,
+        ),
+    )
+
+
+@pytest.fixture
+def cluster(db):
+    configure(placement="best-fit")
+    return simulated_cluster(nodes=1, gpus_per_node=4)
+
+
+def running(job: Job) -> Job:
+    job.refresh_from_db()
+    assert job.state in {JobState.STARTING, JobState.RUNNING}
+    return job
+
+
+@pytest.mark.django_db
+def test_a_round_fails_a_job_past_its_walltime_and_gives_its_devices_to_the_next(
+    owner, outsider, cluster
+):
+    limited = submit(owner, 4, walltime=3600)
+    scheduling_round_run()
+    running(limited)
+    waiting = submit(outsider, 4)
+    age_job(limited.pk, seconds=3601)
+
+    scheduling_round_run()
+
+    limited.refresh_from_db()
+    assert limited.state == JobState.FAILED
+    assert limited.reason == "Walltime exceeded: ran 1:00:01 of its 1:00:00 limit."
+    assert limited.exit_code is None
+    assert limited.attempt == 1  # not retried
+    event = JobEvent.objects.filter(job=limited).latest("pk")
+    assert event.from_state in {JobState.STARTING, JobState.RUNNING}
+    assert (event.to_state, event.actor) == (JobState.FAILED, EventActor.SYSTEM)
+    assert not Allocation.objects.filter(job=limited, ended_at__isnull=True).exists()
+    # The same round already started the job that was waiting for those devices.
+    running(waiting)
+    assert_consistent()
+
+
+@pytest.mark.django_db
+def test_jobs_within_their_walltime_or_without_one_keep_running(owner, outsider, cluster):
+    within = submit(owner, 2, walltime=3600)
+    unlimited = submit(outsider, 2)
+    scheduling_round_run()
+    age_job(within.pk, seconds=3500)
+    age_job(unlimited.pk, seconds=10 * 24 * 3600)
+
+    assert jobs_time_out(now=timezone.now()) == []
+
+    assert running(within).reason == ""
+    running(unlimited)
+
+
+@pytest.mark.django_db
+def test_the_limit_counts_every_attempt(owner, cluster):
+    """Earlier attempts' run time (folded into total_run_seconds) counts with the current."""
+    over = submit(owner, 1, walltime=3600)
+    under = submit(owner, 1, walltime=3600)
+    scheduling_round_run()
+    for job in (over, under):
+        Job.objects.filter(pk=job.pk).update(total_run_seconds=3000.0)
+    age_job(over.pk, seconds=700)
+    age_job(under.pk, seconds=500)
+
+    assert jobs_time_out(now=timezone.now()) == [over.pk]
+
+    over.refresh_from_db()
+    assert over.state == JobState.FAILED
+    assert over.reason.startswith("Walltime exceeded: ran 1:01:4")
+    running(under)
+
+
+@pytest.mark.django_db
+def test_a_starting_job_is_timed_out_too_but_a_preempting_one_is_left_to_its_stop(
+    owner, outsider, cluster
+):
+    starting = submit(owner, 2, walltime=600)
+    preempting = submit(outsider, 2, walltime=600)
+    scheduling_round_run()
+    Job.objects.filter(pk=starting.pk).update(state=JobState.STARTING)
+    running(preempting)
+    Job.objects.filter(pk=preempting.pk).update(state=JobState.RUNNING)
+    job_preempt(job_id=preempting.pk, reason="test")
+    for job in (starting, preempting):
+        age_job(job.pk, seconds=900)
+
+    assert jobs_time_out(now=timezone.now()) == [starting.pk]
+
+    preempting.refresh_from_db()
+    assert preempting.state == JobState.PREEMPTING
+    assert_consistent()
