@@ -5,9 +5,10 @@
     STARTING/RUNNING → LOST → PENDING | FAILED (node vanished; requeue or give up)
     any non-terminal → CANCELLED
 
-Two additions a cluster needs and the sketch leaves out, both documented in the README:
-STARTING → FAILED (the launch itself failed, e.g. the image does not exist), and
-PREEMPTING → SUCCEEDED | FAILED (the job exited on its own during the grace period).
+Three additions a cluster needs and the sketch leaves out, all documented in the README:
+STARTING → FAILED (the launch itself failed, e.g. the image does not exist),
+PREEMPTING → SUCCEEDED | FAILED (the job exited on its own during the grace period), and
+RUNNING → PENDING (an attempt failed and the job has retries left, `max_retries`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     ),
     JobState.RUNNING: frozenset(
         {
+            JobState.PENDING,
             JobState.SUCCEEDED,
             JobState.FAILED,
             JobState.CANCELLED,

@@ -41,7 +41,11 @@ class JobSubmitForm(forms.Form):
         help_text="Optional. The job is stopped and fails once it has run this long, "
         "all attempts together.",
     )
-    max_retries = forms.IntegerField(min_value=0, initial=0)
+    max_retries = forms.IntegerField(
+        min_value=0,
+        initial=0,
+        help_text="Times a non-zero exit is retried, after a backoff of 1 min, doubling.",
+    )
     env = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),

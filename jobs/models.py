@@ -37,6 +37,9 @@ class Job(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0, help_text="Incremented at every start.")
     retries_used = models.PositiveSmallIntegerField(default=0)
+    retry_not_before = models.DateTimeField(
+        null=True, blank=True, help_text="A retried job waits until then (backoff)."
+    )
     preemption_count = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -362,6 +362,7 @@ def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> J
                 first_started_at=Coalesce(F("first_started_at"), Value(now)),
                 reason="",
                 queue_position=None,
+                retry_not_before=None,
             )
             Allocation.objects.bulk_create(
                 Allocation(job_id=job_id, attempt=job.attempt, device_id=device_id, started_at=now)
@@ -384,9 +385,27 @@ def job_mark_running(*, job_id: int, message: str = "Container is running.") -> 
     )
 
 
+# Backoff before a failed job's retry: Kueue's defaults (base 60 s, doubling, at most 1 h).
+RETRY_BACKOFF_BASE_SECONDS = 60
+RETRY_BACKOFF_MAX_SECONDS = 3600
+
+
+def retry_backoff_seconds(retry: int) -> int:
+    """How long retry number `retry` (1, 2, ...) waits before it may start."""
+    return min(RETRY_BACKOFF_BASE_SECONDS * 2 ** (retry - 1), RETRY_BACKOFF_MAX_SECONDS)
+
+
 def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
-    """RUNNING or PREEMPTING → SUCCEEDED (exit 0) or FAILED (anything else)."""
+    """RUNNING or PREEMPTING → SUCCEEDED (exit 0) or FAILED (anything else).
+
+    A failed attempt of a job with retries left goes back to PENDING instead (see
+    `_retry_failed_attempt`).
+    """
     succeeded = exit_code == 0
+    if not succeeded:
+        retried = _retry_failed_attempt(job_id=job_id, exit_code=exit_code, message=message)
+        if retried is not None:
+            return retried
     finished = job_transition(
         job_id=job_id,
         to_state=JobState.SUCCEEDED if succeeded else JobState.FAILED,
@@ -398,6 +417,42 @@ def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
     )
     round_request_on_commit()
     return finished
+
+
+def _retry_failed_attempt(*, job_id: int, exit_code: int, message: str) -> Job | None:
+    """RUNNING or PREEMPTING → PENDING when the job has retries left; else None.
+
+    The retry waits `retry_backoff_seconds` (the snapshot leaves it out until then), keeps
+    its attained service (the GPUs were used) and the exit code. Only an exit of the job's
+    own program counts: a lost node does not use a retry, a failed launch or a walltime
+    timeout never retries.
+    """
+    row = Job.objects.filter(pk=job_id).values("state", "retries_used", "max_retries").first()
+    if row is None or row["retries_used"] >= row["max_retries"]:
+        return None
+    state = JobState(row["state"])
+    if state not in {JobState.RUNNING, JobState.PREEMPTING}:
+        return None
+    retry = row["retries_used"] + 1
+    backoff = retry_backoff_seconds(retry)
+    not_before = timezone.now() + timedelta(seconds=backoff)
+    exited = message or f"Exited with code {exit_code}."
+    note = f"retry {retry} of {row['max_retries']} after a {backoff} s backoff"
+    retried = job_transition(
+        job_id=job_id,
+        to_state=JobState.PENDING,
+        actor=EventActor.AGENT,
+        message=f"{exited} Requeued: {note}.",
+        # Pinned to the state read above, so the retry count matches the attempt that failed.
+        expected=frozenset({state}),
+        exit_code=exit_code,
+        retries_used=F("retries_used") + 1,
+        retry_not_before=not_before,
+        started_at=None,
+        reason=f"Exited with code {exit_code}; {note}.",
+    )
+    round_request_on_commit()
+    return retried
 
 
 def job_launch_failed(*, job_id: int, message: str) -> Job:

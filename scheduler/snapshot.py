@@ -94,7 +94,13 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         held[job_id].append(device_id)
         held_since[job_id] = started_at.timestamp()
 
-    active = Job.objects.filter(state__in=SNAPSHOT_STATES).annotate(command_text=argv_text())
+    # A failed job waiting out its retry backoff is not schedulable yet: left out, it keeps
+    # the reason its failure wrote ("retry 1 of 3 after a 60 s backoff").
+    active = (
+        Job.objects.filter(state__in=SNAPSHOT_STATES)
+        .exclude(state=JobState.PENDING, retry_not_before__gt=now)
+        .annotate(command_text=argv_text())
+    )
     rows = active.values(
         "id", "owner__username", "owner_id", "group__name", "group_id", "num_gpus",
         "submitted_at", "state", "accepted_types", "consolidation", "attained_service",

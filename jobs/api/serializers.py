@@ -74,6 +74,8 @@ class JobOutput(serializers.ModelSerializer):
             "queue_level",
             "attained_gpu_hours",
             "attempt",
+            "retries_used",
+            "retry_not_before",
             "preemption_count",
             "exit_code",
             "submitted_at",

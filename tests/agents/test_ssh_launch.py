@@ -45,6 +45,20 @@ def test_a_launched_job_runs_streams_its_logs_and_records_its_exit_code(ssh_node
     assert agent_logs_tail(job_id=job.pk, stream="stderr") == "oops\n"
 
 
+def test_a_failing_job_with_a_retry_left_is_requeued_by_the_poll(ssh_node: Node) -> None:
+    job = started_job(ssh_node, command=["sh", "-c", "exit 3"], max_retries=1)
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+
+    def requeued() -> Job | None:
+        agent_node_poll(node_id=ssh_node.pk)
+        current = Job.objects.get(pk=job.pk)
+        return current if current.state == JobState.PENDING else None
+
+    retried = wait_for(requeued)
+    assert (retried.retries_used, retried.exit_code) == (1, 3)
+    assert retried.reason == "Exited with code 3; retry 1 of 1 after a 60 s backoff."
+
+
 def test_a_job_that_exits_zero_succeeds(ssh_node: Node) -> None:
     job = started_job(ssh_node, command=["true"])
     agent_launch(job_id=job.pk, attempt=job.attempt)

@@ -50,6 +50,8 @@ def test_the_table_is_the_one_in_the_issue():
         (JobState.STARTING, JobState.FAILED),
         (JobState.PREEMPTING, JobState.SUCCEEDED),
         (JobState.PREEMPTING, JobState.FAILED),
+        # a failed attempt retried (max_retries)
+        (JobState.RUNNING, JobState.PENDING),
     }
     assert set(LEGAL) == expected
 

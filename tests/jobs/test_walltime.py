@@ -12,7 +12,7 @@ from scheduler.services import scheduling_round_run
 from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
 
 
-def submit(user, gpus: int, *, walltime: int | None = None) -> Job:
+def submit(user, gpus: int, *, walltime: int | None = None, retries: int = 0) -> Job:
     # `sleep` far longer than any test: the simulated agent must not finish these jobs.
     return job_submit(
         owner=user,
@@ -21,6 +21,7 @@ def submit(user, gpus: int, *, walltime: int | None = None) -> Job:
             command=["sleep", "1000000"],
             num_gpus=gpus,
             walltime_seconds=walltime,
+            max_retries=retries,
         ),
     )
 
@@ -41,7 +42,7 @@ def running(job: Job) -> Job:
 def test_a_round_fails_a_job_past_its_walltime_and_gives_its_devices_to_the_next(
     owner, outsider, cluster
 ):
-    limited = submit(owner, 4, walltime=3600)
+    limited = submit(owner, 4, walltime=3600, retries=2)
     scheduling_round_run()
     running(limited)
     waiting = submit(outsider, 4)
@@ -53,7 +54,7 @@ def test_a_round_fails_a_job_past_its_walltime_and_gives_its_devices_to_the_next
     assert limited.state == JobState.FAILED
     assert limited.reason == "Walltime exceeded: ran 1:00:01 of its 1:00:00 limit."
     assert limited.exit_code is None
-    assert limited.attempt == 1  # not retried
+    assert (limited.attempt, limited.retries_used) == (1, 0)  # not retried
     event = JobEvent.objects.filter(job=limited).latest("pk")
     assert event.from_state in {JobState.STARTING, JobState.RUNNING}
     assert (event.to_state, event.actor) == (JobState.FAILED, EventActor.SYSTEM)
