@@ -425,11 +425,24 @@ def _retry_failed_attempt(*, job_id: int, exit_code: int, message: str) -> Job |
     The retry waits `retry_backoff_seconds` (the snapshot leaves it out until then), keeps
     its attained service (the GPUs were used) and the exit code. Only an exit of the job's
     own program counts: a lost node does not use a retry, a failed launch or a walltime
-    timeout never retries.
+    timeout never retries, and neither does a job whose walltime is used up.
     """
-    row = Job.objects.filter(pk=job_id).values("state", "retries_used", "max_retries").first()
+    row = (
+        Job.objects.filter(pk=job_id)
+        .values(
+            "state",
+            "retries_used",
+            "max_retries",
+            "walltime_seconds",
+            "total_run_seconds",
+            "started_at",
+        )
+        .first()
+    )
     if row is None or row["retries_used"] >= row["max_retries"]:
         return None
+    if _walltime_exceeded(row, now=timezone.now()) is not None:
+        return None  # a retry would have no time left to run
     state = JobState(row["state"])
     if state not in {JobState.RUNNING, JobState.PREEMPTING}:
         return None
@@ -480,10 +493,29 @@ def job_preempt(*, job_id: int, reason: str, by_job_id: int | None = None) -> Jo
 
 
 def job_requeue(*, job_id: int, message: str) -> Job:
-    """PREEMPTING or LOST → PENDING, back in the queue with its attained service kept."""
-    current = Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
-    if current is None:
+    """PREEMPTING or LOST → PENDING, back in the queue with its attained service kept.
+
+    A job that has used up its walltime meanwhile becomes FAILED instead.
+    """
+    row = (
+        Job.objects.filter(pk=job_id)
+        .values("state", "walltime_seconds", "total_run_seconds", "started_at")
+        .first()
+    )
+    if row is None:
         raise NotFound(f"Job {job_id} does not exist.")
+    current = row["state"]
+    timed_out = _walltime_exceeded(row, now=timezone.now())
+    if timed_out is not None:
+        # Requeued, it would only be started to be timed out by the next round.
+        return job_transition(
+            job_id=job_id,
+            to_state=JobState.FAILED,
+            actor=EventActor.SYSTEM,
+            message=f"{timed_out} Not requeued.",
+            expected=frozenset({JobState(current)}),
+            reason=timed_out,
+        )
     extra: dict[str, Any] = {}
     if current == JobState.PREEMPTING:
         extra["preemption_count"] = F("preemption_count") + 1
@@ -524,14 +556,12 @@ def jobs_time_out(*, now: datetime) -> list[int]:
     """
     running = Job.objects.filter(
         state__in=(JobState.STARTING, JobState.RUNNING), walltime_seconds__isnull=False
-    ).values_list("pk", "walltime_seconds", "total_run_seconds", "started_at")
+    ).values("pk", "state", "walltime_seconds", "total_run_seconds", "started_at")
     timed_out = []
-    for job_id, limit, earlier_attempts, started_at in running:
-        this_attempt = max((now - started_at).total_seconds(), 0.0) if started_at else 0.0
-        ran = earlier_attempts + this_attempt
-        if ran < limit:
+    for row in running:
+        job_id, message = row["pk"], _walltime_exceeded(row, now=now)
+        if message is None:
             continue
-        message = f"Walltime exceeded: ran {_clock(ran)} of its {_clock(limit)} limit."
         try:
             job_transition(
                 job_id=job_id,
@@ -545,6 +575,23 @@ def jobs_time_out(*, now: datetime) -> list[int]:
             continue  # it ended or was preempted meanwhile: nothing left to time out
         timed_out.append(job_id)
     return timed_out
+
+
+def _walltime_exceeded(row: dict[str, Any], *, now: datetime) -> str | None:
+    """The reason to fail a job whose walltime is used up, or None while time is left.
+
+    `row` holds the job's state, walltime_seconds, total_run_seconds and started_at; the
+    current run counts only while the job holds devices (total_run_seconds has the rest).
+    """
+    limit = row["walltime_seconds"]
+    if limit is None:
+        return None
+    ran = row["total_run_seconds"]
+    if row["state"] in HOLDING_STATES and row["started_at"] is not None:
+        ran += max((now - row["started_at"]).total_seconds(), 0.0)
+    if ran < limit:
+        return None
+    return f"Walltime exceeded: ran {_clock(ran)} of its {_clock(limit)} limit."
 
 
 def _clock(seconds: float) -> str:

@@ -7,7 +7,14 @@ from django.utils import timezone
 
 from jobs.choices import EventActor, JobState
 from jobs.models import Allocation, Job, JobEvent
-from jobs.services import JobSpec, job_preempt, job_submit, jobs_time_out
+from jobs.services import (
+    JobSpec,
+    job_finish,
+    job_preempt,
+    job_requeue,
+    job_submit,
+    jobs_time_out,
+)
 from scheduler.services import scheduling_round_run
 from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
 
@@ -115,4 +122,30 @@ def test_a_starting_job_is_timed_out_too_but_a_preempting_one_is_left_to_its_sto
 
     preempting.refresh_from_db()
     assert preempting.state == JobState.PREEMPTING
+    assert_consistent()
+
+
+@pytest.mark.django_db
+def test_a_job_preempted_past_its_walltime_is_not_requeued_and_a_failure_not_retried(
+    owner, outsider, cluster
+):
+    preempted = submit(owner, 2, walltime=600)
+    failing = submit(outsider, 2, walltime=600, retries=3)
+    scheduling_round_run()
+    for job in (preempted, failing):
+        running(job)
+        Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+        age_job(job.pk, seconds=601)
+    job_preempt(job_id=preempted.pk, reason="test")
+
+    after_grace = job_requeue(job_id=preempted.pk, message="Checkpointed; requeued.")
+    exited = job_finish(job_id=failing.pk, exit_code=1)
+
+    assert after_grace.state == JobState.FAILED
+    assert after_grace.reason.startswith("Walltime exceeded: ran 0:10:0")
+    assert (exited.state, exited.retries_used, exited.reason) == (
+        JobState.FAILED,
+        0,
+        "Exited with code 1.",
+    )
     assert_consistent()
