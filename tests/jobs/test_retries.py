@@ -9,33 +9,12 @@ from django.utils import timezone
 
 from jobs.choices import EventActor, JobState
 from jobs.models import Allocation, Job, JobEvent
-from jobs.services import (
-    JobSpec,
-    job_finish,
-    job_preempt,
-    job_submit,
-    retry_backoff_seconds,
-)
+from jobs.services import job_finish, job_preempt, retry_backoff_seconds
 from scheduler.services import scheduling_round_run
-from tests.scheduler.livefixtures import assert_consistent, configure, simulated_cluster
+from tests.jobs.limits import cluster, submit_long_job
+from tests.scheduler.livefixtures import assert_consistent
 
-
-def submit(user, *, retries: int, gpus: int = 2) -> Job:
-    return job_submit(
-        owner=user,
-        spec=JobSpec(
-            image="pytorch/pytorch:2.4.0",
-            command=["sleep", "1000000"],
-            num_gpus=gpus,
-            max_retries=retries,
-        ),
-    )
-
-
-@pytest.fixture
-def cluster(db):
-    configure(placement="best-fit")
-    return simulated_cluster(nodes=1, gpus_per_node=4)
+__all__ = ["cluster"]  # the fixture, imported for the tests below
 
 
 def started(job: Job) -> Job:
@@ -56,7 +35,7 @@ def test_the_backoff_doubles_from_a_minute_up_to_an_hour():
 
 @pytest.mark.django_db
 def test_a_failed_attempt_with_retries_left_goes_back_to_pending_with_a_backoff(owner, cluster):
-    job = started(submit(owner, retries=2))
+    job = started(submit_long_job(owner, retries=2))
     before = timezone.now()
 
     retried = job_finish(job_id=job.pk, exit_code=3)
@@ -79,7 +58,7 @@ def test_a_failed_attempt_with_retries_left_goes_back_to_pending_with_a_backoff(
 
 @pytest.mark.django_db
 def test_the_round_waits_out_the_backoff_then_starts_the_retry(owner, cluster):
-    job = started(submit(owner, retries=1))
+    job = started(submit_long_job(owner, retries=1))
     job_finish(job_id=job.pk, exit_code=1)
 
     scheduling_round_run()
@@ -96,7 +75,7 @@ def test_the_round_waits_out_the_backoff_then_starts_the_retry(owner, cluster):
 
 @pytest.mark.django_db
 def test_the_last_retry_fails_for_good_and_backoffs_grow(owner, cluster):
-    job = started(submit(owner, retries=2))
+    job = started(submit_long_job(owner, retries=2))
     job_finish(job_id=job.pk, exit_code=1)
     Job.objects.filter(pk=job.pk).update(retry_not_before=None)
     job = started(job)
@@ -113,8 +92,8 @@ def test_the_last_retry_fails_for_good_and_backoffs_grow(owner, cluster):
 
 @pytest.mark.django_db
 def test_success_and_jobs_without_retries_are_not_retried(owner, outsider, cluster):
-    succeeding = started(submit(owner, retries=3))
-    no_retries = started(submit(outsider, retries=0))
+    succeeding = started(submit_long_job(owner, retries=3))
+    no_retries = started(submit_long_job(outsider, retries=0))
 
     assert job_finish(job_id=succeeding.pk, exit_code=0).state == JobState.SUCCEEDED
     assert job_finish(job_id=no_retries.pk, exit_code=2).state == JobState.FAILED
@@ -122,7 +101,7 @@ def test_success_and_jobs_without_retries_are_not_retried(owner, outsider, clust
 
 @pytest.mark.django_db
 def test_an_exit_during_a_preemption_grace_period_uses_a_retry_too(owner, cluster):
-    job = started(submit(owner, retries=1))
+    job = started(submit_long_job(owner, retries=1))
     job_preempt(job_id=job.pk, reason="test")
 
     retried = job_finish(job_id=job.pk, exit_code=137)
@@ -133,7 +112,7 @@ def test_an_exit_during_a_preemption_grace_period_uses_a_retry_too(owner, cluste
 
 @pytest.mark.django_db
 def test_the_api_shows_retries_to_the_owner_only(owner, outsider, cluster, api_as):
-    job = started(submit(owner, retries=1))
+    job = started(submit_long_job(owner, retries=1))
     job_finish(job_id=job.pk, exit_code=1)
 
     body = api_as(owner).get(f"/api/v1/jobs/{job.pk}/").json()

@@ -7,36 +7,12 @@ from django.utils import timezone
 
 from jobs.choices import EventActor, JobState
 from jobs.models import Allocation, Job, JobEvent
-from jobs.services import (
-    JobSpec,
-    job_finish,
-    job_preempt,
-    job_requeue,
-    job_submit,
-    jobs_time_out,
-)
+from jobs.services import job_finish, job_preempt, job_requeue, jobs_time_out
 from scheduler.services import scheduling_round_run
-from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
+from tests.jobs.limits import cluster, submit_long_job
+from tests.scheduler.livefixtures import age_job, assert_consistent
 
-
-def submit(user, gpus: int, *, walltime: int | None = None, retries: int = 0) -> Job:
-    # `sleep` far longer than any test: the simulated agent must not finish these jobs.
-    return job_submit(
-        owner=user,
-        spec=JobSpec(
-            image="pytorch/pytorch:2.4.0",
-            command=["sleep", "1000000"],
-            num_gpus=gpus,
-            walltime_seconds=walltime,
-            max_retries=retries,
-        ),
-    )
-
-
-@pytest.fixture
-def cluster(db):
-    configure(placement="best-fit")
-    return simulated_cluster(nodes=1, gpus_per_node=4)
+__all__ = ["cluster"]  # the fixture, imported for the tests below
 
 
 def running(job: Job) -> Job:
@@ -49,10 +25,10 @@ def running(job: Job) -> Job:
 def test_a_round_fails_a_job_past_its_walltime_and_gives_its_devices_to_the_next(
     owner, outsider, cluster
 ):
-    limited = submit(owner, 4, walltime=3600, retries=2)
+    limited = submit_long_job(owner, 4, walltime=3600, retries=2)
     scheduling_round_run()
     running(limited)
-    waiting = submit(outsider, 4)
+    waiting = submit_long_job(outsider, 4)
     age_job(limited.pk, seconds=3601)
 
     scheduling_round_run()
@@ -73,8 +49,8 @@ def test_a_round_fails_a_job_past_its_walltime_and_gives_its_devices_to_the_next
 
 @pytest.mark.django_db
 def test_jobs_within_their_walltime_or_without_one_keep_running(owner, outsider, cluster):
-    within = submit(owner, 2, walltime=3600)
-    unlimited = submit(outsider, 2)
+    within = submit_long_job(owner, 2, walltime=3600)
+    unlimited = submit_long_job(outsider, 2)
     scheduling_round_run()
     age_job(within.pk, seconds=3500)
     age_job(unlimited.pk, seconds=10 * 24 * 3600)
@@ -88,8 +64,8 @@ def test_jobs_within_their_walltime_or_without_one_keep_running(owner, outsider,
 @pytest.mark.django_db
 def test_the_limit_counts_every_attempt(owner, cluster):
     """Earlier attempts' run time (folded into total_run_seconds) counts with the current."""
-    over = submit(owner, 1, walltime=3600)
-    under = submit(owner, 1, walltime=3600)
+    over = submit_long_job(owner, 1, walltime=3600)
+    under = submit_long_job(owner, 1, walltime=3600)
     scheduling_round_run()
     for job in (over, under):
         Job.objects.filter(pk=job.pk).update(total_run_seconds=3000.0)
@@ -108,8 +84,8 @@ def test_the_limit_counts_every_attempt(owner, cluster):
 def test_a_starting_job_is_timed_out_too_but_a_preempting_one_is_left_to_its_stop(
     owner, outsider, cluster
 ):
-    starting = submit(owner, 2, walltime=600)
-    preempting = submit(outsider, 2, walltime=600)
+    starting = submit_long_job(owner, 2, walltime=600)
+    preempting = submit_long_job(outsider, 2, walltime=600)
     scheduling_round_run()
     Job.objects.filter(pk=starting.pk).update(state=JobState.STARTING)
     running(preempting)
@@ -129,8 +105,8 @@ def test_a_starting_job_is_timed_out_too_but_a_preempting_one_is_left_to_its_sto
 def test_a_job_preempted_past_its_walltime_is_not_requeued_and_a_failure_not_retried(
     owner, outsider, cluster
 ):
-    preempted = submit(owner, 2, walltime=600)
-    failing = submit(outsider, 2, walltime=600, retries=3)
+    preempted = submit_long_job(owner, 2, walltime=600)
+    failing = submit_long_job(outsider, 2, walltime=600, retries=3)
     scheduling_round_run()
     for job in (preempted, failing):
         running(job)

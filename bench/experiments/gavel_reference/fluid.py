@@ -25,7 +25,6 @@ Usage: .venv/bin/python bench/experiments/gavel_fluid/fluid.py --rate 5.6 --tieb
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -35,14 +34,9 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix, hstack, identity, kron, vstack
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scheduler.sim.gavel import WINDOW, generate_jobs  # noqa: E402
-from scheduler.sim.throughputs import load_throughputs  # noqa: E402
-
-TYPES = ("v100", "p100", "k80")
-DEVICES_PER_TYPE = 36
+from common import DEVICES_PER_TYPE, WINDOW, emit, job_stream, progress, window_summary
 
 
 def allocate(speeds: np.ndarray, tiebreak: str) -> np.ndarray:
@@ -80,15 +74,7 @@ def allocate(speeds: np.ndarray, tiebreak: str) -> np.ndarray:
 
 
 def replay(jobs_per_hour: float, tiebreak: str, seed: int = 0, tail_hours: float = 400.0) -> dict:
-    table = load_throughputs()
-    head = generate_jobs(jobs_per_hour=jobs_per_hour, seed=seed, num_jobs=WINDOW[1])
-    horizon = head[-1].arrival + tail_hours * 3600.0
-    jobs = generate_jobs(jobs_per_hour=jobs_per_hour, seed=seed, until=horizon)
-    speed_of = {}
-    for job in jobs:
-        if job.model not in speed_of:
-            relative = dict(table.relative(job.model, 1))
-            speed_of[job.model] = np.array([relative.get(t, 0.0) for t in TYPES])
+    jobs, speed, horizon = job_stream(jobs_per_hour, seed, tail_hours)
     window = set(range(*WINDOW))
     remaining: dict[int, float] = {}
     finished: dict[int, float] = {}
@@ -100,7 +86,7 @@ def replay(jobs_per_hour: float, tiebreak: str, seed: int = 0, tail_hours: float
         active = sorted(remaining)
         rates = np.zeros(0)
         if active:
-            speeds = np.stack([speed_of[jobs[i].model] for i in active])
+            speeds = np.stack([speed[i] for i in active])
             x = allocate(speeds, tiebreak)
             solves += 1
             rates = (x * speeds).sum(axis=1)
@@ -119,18 +105,11 @@ def replay(jobs_per_hour: float, tiebreak: str, seed: int = 0, tail_hours: float
             remaining[next_arrival] = jobs[next_arrival].duration
             next_arrival += 1
         if solves % 500 == 0:
-            print(
-                f"t={now / 3600:.0f} h active={len(remaining)} done={len(finished)}",
-                file=sys.stderr,
-            )
-    jcts = [finished[i] / 3600.0 for i in sorted(window) if i in finished]
+            progress(now, len(remaining), len(finished))
     return {
         "jobs_per_hour": jobs_per_hour,
         "tiebreak": tiebreak,
-        "window_finished": len(jcts),
-        "avg_jct_hours": sum(jcts) / len(jcts),
-        "worst_jct_hours": max(jcts),
-        "median_jct_hours": sorted(jcts)[len(jcts) // 2],
+        **window_summary(finished),
         "solves": solves,
         "wall_seconds": round(time.monotonic() - started, 1),
     }
@@ -145,10 +124,7 @@ def main() -> int:
     parser.add_argument("--jsonl", type=Path)
     args = parser.parse_args()
     result = replay(args.rate, args.tiebreak)
-    print(json.dumps(result))
-    if args.jsonl:
-        with args.jsonl.open("a") as handle:
-            handle.write(json.dumps(result) + "\n")
+    emit(result, args.jsonl)
     return 0
 
 

@@ -26,16 +26,14 @@ max_min_fairness.py`). No Gavel code is copied; the rules, as read:
   P100's, then K80's, each job placed at most once, on the first list where a device is
   left. Jobs with zero allocation on a type can still fill leftover devices of it.
 
-Needs cvxpy (not a gpulab dependency): `python3 -m venv /tmp/gvenv &&
-/tmp/gvenv/bin/pip install cvxpy ecos`, then
+Needs cvxpy (not a gpulab dependency): `python3 -m venv /tmp/gvenv && /tmp/gvenv/bin/pip
+install -r bench/experiments/gavel_reference/requirements.txt`, then
 `/tmp/gvenv/bin/python bench/experiments/gavel_reference/rounds.py --rate 5.6`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -43,14 +41,9 @@ from pathlib import Path
 import cvxpy as cp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scheduler.sim.gavel import WINDOW, generate_jobs  # noqa: E402
-from scheduler.sim.throughputs import load_throughputs  # noqa: E402
-
-TYPES = ("v100", "p100", "k80")  # Gavel's order for 'Perf' policies (no shuffle)
-DEVICES_PER_TYPE = 36
+from common import DEVICES_PER_TYPE, TYPES, WINDOW, emit, job_stream, progress, window_summary
 
 
 def max_min(weights: np.ndarray, solver: str) -> np.ndarray:
@@ -146,14 +139,7 @@ def replay(
     policy: str = "las-aware",
     tail_hours: float = 400.0,
 ) -> dict:
-    table = load_throughputs()
-    head = generate_jobs(jobs_per_hour=jobs_per_hour, seed=seed, num_jobs=WINDOW[1])
-    horizon = head[-1].arrival + tail_hours * 3600.0
-    jobs = generate_jobs(jobs_per_hour=jobs_per_hour, seed=seed, until=horizon)
-    speed = {}
-    for job in jobs:
-        relative = dict(table.relative(job.model, 1))
-        speed[job.index] = np.array([relative.get(t, 0.0) for t in TYPES])
+    jobs, speed, horizon = job_stream(jobs_per_hour, seed, tail_hours)
     half = round_seconds / 2.0
     allox = AlloXReference()
     # Active job -> V100-seconds of work left; insertion order is arrival order.
@@ -253,12 +239,7 @@ def replay(
                 running.append((job_id, type_index, now + work / rate, work))
         rounds += 1
         if rounds % 2000 == 0:
-            print(
-                f"t={now / 3600:.0f} h active={len(remaining)} done={len(finished)}",
-                file=sys.stderr,
-            )
-    jcts = [finished[i] / 3600.0 for i in sorted(window) if i in finished]
-    unfinished = len(window) - len(jcts)
+            progress(now, len(remaining), len(finished))
     return {
         "jobs_per_hour": jobs_per_hour,
         "round_seconds": round_seconds,
@@ -266,11 +247,7 @@ def replay(
         "solver": solver,
         "seed": seed,
         "policy": f"gavel-{policy}",
-        "window_finished": len(jcts),
-        "window_unfinished": unfinished,
-        "avg_jct_hours": sum(jcts) / len(jcts) if jcts and not unfinished else math.inf,
-        "worst_jct_hours": max(jcts) if jcts and not unfinished else math.inf,
-        "median_jct_hours": sorted(jcts)[len(jcts) // 2] if jcts else math.nan,
+        **window_summary(finished),
         "rounds": rounds,
         "solves": solves,
         "slots_taken_by_jobs_without_allocation": wasted_slots,
@@ -301,10 +278,7 @@ def main() -> int:
         solver=args.solver,
         policy=args.policy,
     )
-    print(json.dumps(result))
-    if args.jsonl:
-        with args.jsonl.open("a") as handle:
-            handle.write(json.dumps(result) + "\n")
+    emit(result, args.jsonl)
     return 0
 
 
