@@ -14,8 +14,21 @@ from accounts.models import User
 from agents.models import JobGpuMinute, JobGpuSample
 from config.errors import NotFound
 
-from .choices import JobState
+from .choices import HOLDING_STATES, JobState
 from .models import Job, JobEvent
+
+
+def job_run_seconds(
+    *, state: str, total_run_seconds: float, started_at: datetime | None, now: datetime
+) -> float:
+    """Seconds the job has held devices, all attempts: stored time plus the current run.
+
+    `total_run_seconds` is folded in at each transition (jobs.services), so the current
+    run is added only while the job holds devices.
+    """
+    if state in HOLDING_STATES and started_at is not None:
+        return total_run_seconds + max((now - started_at).total_seconds(), 0.0)
+    return total_run_seconds
 
 
 def job_visible_to(*, user: User) -> QuerySet[Job]:

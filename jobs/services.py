@@ -36,7 +36,7 @@ from .choices import (
     JobState,
 )
 from .models import Allocation, Job, JobEvent
-from .selectors import job_get_for_user
+from .selectors import job_get_for_user, job_run_seconds
 
 
 @dataclass(frozen=True)
@@ -580,15 +580,17 @@ def jobs_time_out(*, now: datetime) -> list[int]:
 def _walltime_exceeded(row: dict[str, Any], *, now: datetime) -> str | None:
     """The reason to fail a job whose walltime is used up, or None while time is left.
 
-    `row` holds the job's state, walltime_seconds, total_run_seconds and started_at; the
-    current run counts only while the job holds devices (total_run_seconds has the rest).
+    `row` holds the job's state, walltime_seconds, total_run_seconds and started_at.
     """
     limit = row["walltime_seconds"]
     if limit is None:
         return None
-    ran = row["total_run_seconds"]
-    if row["state"] in HOLDING_STATES and row["started_at"] is not None:
-        ran += max((now - row["started_at"]).total_seconds(), 0.0)
+    ran = job_run_seconds(
+        state=row["state"],
+        total_run_seconds=row["total_run_seconds"],
+        started_at=row["started_at"],
+        now=now,
+    )
     if ran < limit:
         return None
     return f"Walltime exceeded: ran {_clock(ran)} of its {_clock(limit)} limit."

@@ -210,6 +210,13 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
                 for event, message in zip(events, described[1:], strict=True)
             ],
             "can_cancel": not terminal,
+            "run_minutes": selectors.job_run_seconds(
+                state=job.state,
+                total_run_seconds=job.total_run_seconds,
+                started_at=job.started_at,
+                now=timezone.now(),
+            )
+            / 60.0,
             "measured_speeds": sorted(
                 job_measured_rates(job_id=job.pk, now=timezone.now()).items()
             ),

@@ -119,3 +119,24 @@ def test_the_api_shows_retries_to_the_owner_only(owner, outsider, cluster, api_a
     assert (body["state"], body["retries_used"], body["max_retries"]) == ("PENDING", 1, 1)
     assert body["retry_not_before"] is not None
     assert api_as(outsider).get(f"/api/v1/jobs/{job.pk}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_job_page_shows_the_next_try_and_the_walltime_used(owner, outsider, cluster, client):
+    job = started(submit_long_job(owner, walltime=3600, retries=2))
+    # 10 min in earlier attempts, 5 min in this one.
+    Job.objects.filter(pk=job.pk).update(
+        total_run_seconds=600.0, started_at=timezone.now() - timedelta(seconds=300)
+    )
+    client.force_login(owner)
+
+    running_page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "60 min · 15 min used (all attempts)" in running_page
+
+    retried = job_finish(job_id=job.pk, exit_code=1)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    next_try = timezone.localtime(retried.retry_not_before).strftime("%H:%M:%S")
+    assert f"retries used 1 of 2, next try not before {next_try}" in page
+    assert "Exited with code 1; retry 1 of 2 after a 60 s backoff." in page
+    client.force_login(outsider)
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
