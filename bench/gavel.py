@@ -133,11 +133,8 @@ def _gavel_reference(seed: int, rates: list[float]) -> list[str]:
     lines = []
     for raw in GAVEL_REFERENCE.read_text().splitlines():
         row = json.loads(raw)
-        # The AlloX reimplementation is left out: it follows the only stored allox.py,
-        # not the `AlloX_Perf` the simulator calls (bench/experiments/gavel_reference).
         if (
             row.get("model") != "rounds"
-            or row.get("policy") == "gavel-allox"
             or row.get("solver") != "ECOS"
             or row.get("seed") != seed
             or row.get("jobs_per_hour") not in rates

@@ -74,12 +74,12 @@ def las_allocation(speeds: np.ndarray, solver: str, aware: bool = True) -> np.nd
 
 
 class AlloXReference:
-    """Gavel's AlloX policy (`scheduler/policies/allox.py`), as read; alpha 1 ('allox').
+    """Gavel's AlloX policy (`AlloX_Perf`, `scheduler/policies/allox.py`), as read; alpha 1.
 
-    Jobs present at an earlier computation keep that allocation (a device type, or none)
-    until they finish. The others, oldest first, are matched to the free devices with
-    costs position × processing time + time since arrival (Hungarian method); a job gets
-    the type of the device it is first on.
+    Jobs holding a whole device from an earlier computation keep it until they finish.
+    The others, oldest first, are matched to the free devices with costs position ×
+    processing time + time since arrival (Hungarian method); a job gets the type of the
+    device it is first on, and a job matched to no first place is reconsidered next time.
     """
 
     def __init__(self, alpha: float = 1.0) -> None:
@@ -95,22 +95,21 @@ class AlloXReference:
     ) -> dict[int, np.ndarray]:
         from scipy.optimize import linear_sum_assignment
 
-        new = [j for j in active if j not in self.previous]
+        placed = [j for j in active if j in self.previous and self.previous[j].sum() == 1.0]
+        new = [j for j in active if j not in placed]
         free_types: list[int] = []
         for type_index in range(len(TYPES)):
-            taken = sum(
-                1 for j in active if j in self.previous and self.previous[j][type_index] == 1.0
-            )
+            taken = sum(1 for j in placed if self.previous[j][type_index] == 1.0)
             free_types += [type_index] * (DEVICES_PER_TYPE - taken)
         n = len(free_types)
         new.sort(key=lambda j: -waited[j])
-        m = min(max(n, int(self.alpha * len(new))), len(new))
-        new = new[:m]
-        result = {j: np.zeros(len(TYPES)) for j in active}
+        new = new[: max(int(self.alpha * len(new)), n)]
+        m = len(new)
+        result = {j: self.previous.get(j, np.zeros(len(TYPES))).copy() for j in active}
         if m and n:
-            with np.errstate(divide="ignore"):
-                base = np.array([[remaining[j] / speeds[j][t] for t in free_types] for j in new])
-            base = np.where(np.isfinite(base), base, 1e18)
+            base = np.array(
+                [[remaining[j] / max(speeds[j][t], 1e-10) for t in free_types] for j in new]
+            )
             cost = np.concatenate([k * base for k in range(1, m + 1)], axis=1)
             cost += np.array([waited[j] for j in new])[:, None]
             rows, cols = linear_sum_assignment(cost)
@@ -122,9 +121,6 @@ class AlloXReference:
                     # Highest multiplier = runs first on that device.
                     first = max(entries, key=lambda e: e[1])[0]
                     result[first][free_types[device]] = 1.0
-        for j in active:
-            if j in self.previous:
-                result[j] = self.previous[j].copy()
         self.previous = {j: result[j].copy() for j in active}
         return result
 
