@@ -33,7 +33,9 @@ Usage:
     .venv/bin/python bench/gavel.py [--rates 4.8,5.6] [--cells las-blind,las+allox,...]
         [--tail-hours 400] [--window 4000,5000] [--seed 0] [--processes 2]
 
-Prints a table and writes bench/results/gavel.json. Numbers are measured, never asserted;
+Prints a table and writes bench/results/gavel.json; under the published anchors it also
+prints, for the same seed, Gavel's own policies replayed on the same job stream
+(bench/experiments/gavel_reference/results.jsonl). Numbers are measured, never asserted;
 the published anchors are printed next to them for reading (Gavel's simulator time-shares in
 360 s rounds, gpulab runs event-driven Tiresias, see bench/README-gavel.md).
 """

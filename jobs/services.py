@@ -504,18 +504,13 @@ def job_requeue(*, job_id: int, message: str) -> Job:
     )
     if row is None:
         raise NotFound(f"Job {job_id} does not exist.")
-    current = row["state"]
+    current = JobState(row["state"])
     timed_out = _walltime_exceeded(row, now=timezone.now())
     if timed_out is not None:
         # Requeued, it would only be started to be timed out by the next round.
-        return job_transition(
-            job_id=job_id,
-            to_state=JobState.FAILED,
-            actor=EventActor.SYSTEM,
-            message=f"{timed_out} Not requeued.",
-            expected=frozenset({JobState(current)}),
-            reason=timed_out,
-        )
+        failed = job_fail(job_id=job_id, message=timed_out, expected=frozenset({current}))
+        round_request_on_commit()  # a PREEMPTING job's devices are free now
+        return failed
     extra: dict[str, Any] = {}
     if current == JobState.PREEMPTING:
         extra["preemption_count"] = F("preemption_count") + 1
@@ -525,7 +520,7 @@ def job_requeue(*, job_id: int, message: str) -> Job:
         actor=EventActor.SYSTEM,
         message=message,
         # Pinned to the state read above, so the preemption count matches the source.
-        expected=frozenset({JobState(current)}),
+        expected=frozenset({current}),
         reason=message,
         started_at=None,
         **extra,
@@ -563,13 +558,10 @@ def jobs_time_out(*, now: datetime) -> list[int]:
         if message is None:
             continue
         try:
-            job_transition(
+            job_fail(
                 job_id=job_id,
-                to_state=JobState.FAILED,
-                actor=EventActor.SYSTEM,
                 message=message,
                 expected=frozenset({JobState.STARTING, JobState.RUNNING}),
-                reason=message,
             )
         except ApplicationError:
             continue  # it ended or was preempted meanwhile: nothing left to time out
@@ -602,12 +594,13 @@ def _clock(seconds: float) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-def job_fail(*, job_id: int, message: str) -> Job:
-    """→ FAILED from any state that allows it (e.g. LOST with no retries left)."""
+def job_fail(*, job_id: int, message: str, expected: frozenset[JobState] | None = None) -> Job:
+    """→ FAILED by the system (e.g. a used-up walltime), from `expected` states if given."""
     return job_transition(
         job_id=job_id,
         to_state=JobState.FAILED,
         actor=EventActor.SYSTEM,
         message=message,
+        expected=expected,
         reason=message,
     )
