@@ -29,9 +29,12 @@ demo: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_seed
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_serve $(HOST):$(PORT)
 
-# The agent tests start a real OpenSSH server on 127.0.0.1, and the browser tests drive
-# Debian's Chromium (Playwright never downloads a browser); install them when missing.
+# The tests need PostgreSQL and Redis on loopback (scripts/test-services starts private
+# ones where nothing answers). The agent tests start a real OpenSSH server on 127.0.0.1,
+# and the browser tests drive Debian's Chromium (Playwright never downloads a browser);
+# install them when missing.
 test: $(STAMP)
+	@bash scripts/test-services
 	@test -x /usr/sbin/sshd || { echo "Installing openssh-server (needs apt-get)…"; \
 	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
 	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq openssh-server; }

@@ -2,7 +2,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .models import NodeHostKey
+from .heartbeats import node_agent_tokens_revoke
+from .models import NodeAgentToken, NodeHostKey
 from .services import node_host_key_approve
 
 
@@ -35,3 +36,23 @@ class NodeHostKeyAdmin(admin.ModelAdmin):
         for key in queryset:
             node_host_key_approve(key_id=key.pk, by=request.user)  # type: ignore[arg-type]
         self.message_user(request, f"Approved {queryset.count()} key(s).", messages.SUCCESS)
+
+
+@admin.register(NodeAgentToken)
+class NodeAgentTokenAdmin(admin.ModelAdmin):
+    """Nodes' agent tokens: who holds one and whether it still works. Only a digest is
+    stored, so a token is created where its key can be handed over once
+    (`manage.py node_agent_token NODE` or `node_bootstrap`), never here."""
+
+    list_display = ["node", "created_at", "revoked_at"]
+    list_filter = ["node"]
+    readonly_fields = ["node", "digest", "created_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke (the node's agent is refused until it gets a new token)")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[NodeAgentToken]) -> None:
+        revoked = node_agent_tokens_revoke(token_ids=queryset.values_list("pk", flat=True))
+        self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)

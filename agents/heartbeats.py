@@ -14,6 +14,7 @@ import logging
 import re
 import secrets
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -58,6 +59,14 @@ def node_agent_token_create(*, node_id: int) -> tuple[NodeAgentToken, str]:
         )
         token = NodeAgentToken.objects.create(node_id=node_id, digest=token_digest(key))
     return token, key
+
+
+def node_agent_tokens_revoke(*, token_ids: Iterable[int]) -> int:
+    """Revoke these agent tokens (a node's agent then gets 401 until it has a new one);
+    already revoked ones keep their time. Returns how many were revoked now."""
+    return NodeAgentToken.objects.filter(pk__in=list(token_ids), revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
 
 
 def node_agent_token_check(*, key: str) -> Node | None:

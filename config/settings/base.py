@@ -195,7 +195,6 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # gpulab's own settings. Scheduler knobs an admin tunes live are in the database
 # (scheduler.models.SchedulerConfig); these are deployment facts.
-GPULAB_DEMO = env_bool("GPULAB_DEMO", False)
 # Fair-share usage decays with this half-life (algorithms.md §2: 7 days).
 GPULAB_USAGE_HALF_LIFE_HOURS = env_int("GPULAB_USAGE_HALF_LIFE_HOURS", 168, minimum=1)
 # How scheduling rounds run: "celery" (worker + beat), "embedded" (a thread in the web

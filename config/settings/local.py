@@ -11,7 +11,6 @@ DATABASES = {
 }
 # The demo must start without Redis: an in-process cache is enough for one server process.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-GPULAB_DEMO = env_bool("GPULAB_DEMO", True)
 
 # Serve static files straight from the app folders; no collectstatic needed here.
 WHITENOISE_USE_FINDERS = True

@@ -39,10 +39,14 @@ def _postgres_reachable(config: dict) -> str | None:
     return None
 
 
+# CI=true (or 1, yes): a service the tests need (PostgreSQL, Redis, sshd, Chromium) that is
+# missing fails the run instead of being skipped or replaced; the conftests read this too.
+STRICT_SERVICES = env_bool("CI", False)
+
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     problem = _postgres_reachable(DATABASES["default"])
     if problem:
-        if env_bool("CI", False):
+        if STRICT_SERVICES:
             raise ImproperlyConfigured(
                 f"CI=true and PostgreSQL is unreachable at DATABASE_URL: {problem}. "
                 "CI must test against PostgreSQL; refusing to fall back to SQLite."

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
+from accounts.models import User
 from agents.heartbeats import node_agent_token_create
-from agents.models import GpuSample, JobGpuSample
+from agents.models import GpuSample, JobGpuSample, NodeAgentToken
 from agents.node_agent.__main__ import run
 from agents.node_agent.collector import NvmlCollector
 from agents.node_agent.simnvml import SimGpu, SimProcess, SimulatedNvml
@@ -150,6 +153,29 @@ def test_a_revoked_token_stops_working(node: Node) -> None:
     _, old = node_agent_token_create(node_id=node.pk)
     node_agent_token_create(node_id=node.pk)
     response = APIClient().post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {old}")
+    assert response.status_code == 401
+
+
+def test_an_admin_revokes_a_token_in_the_admin_and_a_student_cannot(
+    node: Node, lab_admin: User, owner: User
+) -> None:
+    _, key = node_agent_token_create(node_id=node.pk)
+    token = NodeAgentToken.objects.get(node=node)
+    url = reverse("admin:agents_nodeagenttoken_changelist")
+    action = {"action": "revoke", "_selected_action": [token.pk]}
+
+    student = Client()
+    student.force_login(owner)
+    student.post(url, action)
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+    admin_client = Client()
+    admin_client.force_login(lab_admin)
+    assert admin_client.post(url, action).status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    response = APIClient().post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
     assert response.status_code == 401
 
 
