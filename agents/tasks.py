@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from cluster.services import node_drain_settle
+from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
 
 from .heartbeats import metrics_rollup
@@ -29,10 +30,17 @@ from .simulated import simulated_heartbeats
 from .ssh import HostKeyRefused, NodeUnreachable
 
 SSH_RETRIES = 3
+SSH_MARGIN_SECONDS = 300  # connect attempts and commands around the wait itself
 
 
-# Above GPULAB_LAUNCH_TIMEOUT_SECONDS (600 by default): an image pull may be slow.
-@shared_task(bind=True, name="agents.launch", max_retries=SSH_RETRIES, time_limit=900)
+# Above GPULAB_LAUNCH_TIMEOUT_SECONDS (600 by default: an image pull may be slow), with
+# room for connecting and writing the run directory.
+@shared_task(
+    bind=True,
+    name="agents.launch",
+    max_retries=SSH_RETRIES,
+    time_limit=settings.GPULAB_LAUNCH_TIMEOUT_SECONDS + SSH_MARGIN_SECONDS,
+)
 def agent_launch_task(self, job_id: int, attempt: int) -> None:  # type: ignore[no-untyped-def]
     try:
         agent_launch(job_id=job_id, attempt=attempt)
@@ -45,7 +53,12 @@ def agent_launch_task(self, job_id: int, attempt: int) -> None:  # type: ignore[
 
 
 # Long enough for the longest preemption grace an admin can set, plus SSH time.
-@shared_task(bind=True, name="agents.stop", max_retries=SSH_RETRIES, time_limit=3900)
+@shared_task(
+    bind=True,
+    name="agents.stop",
+    max_retries=SSH_RETRIES,
+    time_limit=MAX_PREEMPTION_GRACE_SECONDS + SSH_MARGIN_SECONDS,
+)
 def agent_stop_task(self, job_id: int, attempt: int, grace_seconds: int) -> None:  # type: ignore[no-untyped-def]
     try:
         agent_stop(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)

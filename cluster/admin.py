@@ -29,15 +29,34 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Drain: no new jobs; running ones finish")
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        for node in queryset:
-            node_drain(node_id=node.pk, reason="from the admin", by_username=request.user.username)
-        self.message_user(request, f"Draining {queryset.count()} node(s).", messages.SUCCESS)
+        changed = [
+            node.name
+            for node in queryset
+            if node_drain(
+                node_id=node.pk, reason="from the admin", by_username=request.user.username
+            ).state
+            != node.state
+        ]
+        self._report(request, "Drained", changed, queryset.count(), "up or suspect")
 
     @admin.action(description="Undrain: take new jobs again")
     def undrain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        for node in queryset:
-            node_undrain(node_id=node.pk)
-        self.message_user(request, f"Undrained {queryset.count()} node(s).", messages.SUCCESS)
+        changed = [
+            node.name for node in queryset if node_undrain(node_id=node.pk).state != node.state
+        ]
+        self._report(request, "Undrained", changed, queryset.count(), "draining or drained")
+
+    def _report(
+        self, request: HttpRequest, verb: str, changed: list[str], selected: int, allowed: str
+    ) -> None:
+        """Say what happened: a DOWN node, say, is neither drained nor undrained."""
+        if changed:
+            self.message_user(request, f"{verb}: {', '.join(changed)}.", messages.SUCCESS)
+        if skipped := selected - len(changed):
+            self.message_user(
+                request, f"{skipped} node(s) left as they were: only {allowed} nodes can be.",
+                messages.WARNING,
+            )  # fmt: skip
 
 
 @admin.register(DeviceType)

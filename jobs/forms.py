@@ -25,11 +25,14 @@ class JobSubmitForm(forms.Form):
         max_length=16384,
         help_text="Split like a shell would (quotes group words) but never run through a shell.",
     )
-    num_gpus = forms.IntegerField(min_value=0, initial=1, label="GPUs")
+    num_gpus = forms.IntegerField(min_value=1, initial=1, label="GPUs")
     accepted_types = forms.CharField(
         required=False,
         label="Acceptable GPU types",
-        help_text="Comma-separated, most preferred first; empty = any.",
+        help_text=(
+            "Comma-separated; empty = any. Best-fit placement tries them in this order; "
+            "AlloX (the default) picks the one that serves the job best."
+        ),
     )
     consolidation = forms.ChoiceField(
         choices=Consolidation.choices, initial=Consolidation.PREFERRED

@@ -22,7 +22,12 @@ class Job(models.Model):
     env = models.JSONField(default=dict, blank=True)
     num_gpus = models.PositiveSmallIntegerField(default=1)
     accepted_types = models.JSONField(
-        default=list, blank=True, help_text="Device type names, most preferred first; [] = any."
+        default=list,
+        blank=True,
+        help_text=(
+            "Device type names the job may run on; [] = any. Best-fit placement tries them in "
+            "this order; AlloX (the default) picks the one that serves the job best."
+        ),
     )
     consolidation = models.CharField(
         max_length=16, choices=Consolidation.choices, default=Consolidation.PREFERRED

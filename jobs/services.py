@@ -79,7 +79,9 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
     check("image", validation.image_errors(spec.image))
     check("command", validation.command_errors(spec.command))
     check("env", validation.env_errors(spec.env))
-    check("num_gpus", validation.integer_errors(spec.num_gpus, minimum=0, maximum=4096))
+    # At least one GPU: a job launches on the node of its devices, so a job without any
+    # would be started with nowhere to run and sit in STARTING for ever.
+    check("num_gpus", validation.integer_errors(spec.num_gpus, minimum=1, maximum=4096))
     check(
         "max_retries",
         validation.integer_errors(spec.max_retries, minimum=0, maximum=validation.MAX_RETRIES),

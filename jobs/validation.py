@@ -99,7 +99,7 @@ def integer_errors(value: Any, *, minimum: int, maximum: int | None = None) -> l
 
 def accepted_types_errors(accepted_types: Any, known: set[str]) -> list[str]:
     if not isinstance(accepted_types, list) or not all(isinstance(t, str) for t in accepted_types):
-        return ["Give a list of device type names, most preferred first (empty = any)."]
+        return ["Give a list of device type names (empty = any)."]
     errors = []
     if len(set(accepted_types)) != len(accepted_types):
         errors.append("A device type is listed twice.")

@@ -42,8 +42,30 @@ def start() -> threading.Thread:
 def _run_forever() -> None:
     import time
 
+    next_round = next_aggregates = 0.0
+    while True:
+        event = _wake.wait(timeout=TICK_SECONDS)
+        _wake.clear()
+        try:
+            next_round, next_aggregates = iterate(
+                event=event, now=time.monotonic(), next_round=next_round,
+                next_aggregates=next_aggregates,
+            )  # fmt: skip
+        except Exception:  # the loop must survive a bad round; the next one retries
+            logger.exception("Embedded scheduling loop iteration failed")
+        finally:
+            close_old_connections()
+
+
+def iterate(
+    *, event: bool, now: float, next_round: float, next_aggregates: float
+) -> tuple[float, float]:
+    """One pass of the loop: what Celery beat's tasks do (agents' tick and heartbeats,
+    drain settling, a round when asked or due, the aggregates when due). Returns the next
+    round's and aggregates' due times."""
     from agents.heartbeats import metrics_rollup
     from agents.simulated import simulated_heartbeats, simulated_tick
+    from cluster.services import node_drain_settle
     from dashboard.services import aggregates_update
     from dashboard.warm import figure_caches_warm
 
@@ -51,26 +73,17 @@ def _run_forever() -> None:
     from .selectors import scheduler_config_get
     from .services import scheduling_round_run
 
-    next_round = 0.0
-    next_aggregates = 0.0
-    while True:
-        event = _wake.wait(timeout=TICK_SECONDS)
-        _wake.clear()
-        try:
-            config = scheduler_config_get()
-            changes = simulated_tick(grace_seconds=config.preemption_grace_seconds)
-            simulated_heartbeats()  # GPU metrics for the demo; each node every 10 s
-            now = time.monotonic()
-            if event or changes or now >= next_round:
-                trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER
-                scheduling_round_run(trigger=trigger)
-                next_round = now + config.round_interval_seconds
-            if now >= next_aggregates:
-                metrics_rollup()
-                aggregates_update()
-                figure_caches_warm()
-                next_aggregates = now + AGGREGATES_SECONDS
-        except Exception:  # the loop must survive a bad round; the next one retries
-            logger.exception("Embedded scheduling loop iteration failed")
-        finally:
-            close_old_connections()
+    config = scheduler_config_get()
+    changes = simulated_tick(grace_seconds=config.preemption_grace_seconds)
+    simulated_heartbeats()  # GPU metrics for the demo; each node every 10 s
+    node_drain_settle()  # a drained demo node whose last job left becomes DRAINED
+    if event or changes or now >= next_round:
+        trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER
+        scheduling_round_run(trigger=trigger)
+        next_round = now + config.round_interval_seconds
+    if now >= next_aggregates:
+        metrics_rollup()
+        aggregates_update()
+        figure_caches_warm()
+        next_aggregates = now + AGGREGATES_SECONDS
+    return next_round, next_aggregates

@@ -17,6 +17,10 @@ def _default_thresholds() -> list[float]:
     return list(DEFAULT_QUEUE_THRESHOLDS)
 
 
+# agents.stop waits out the grace over SSH; its Celery time limit is this plus SSH time.
+MAX_PREEMPTION_GRACE_SECONDS = 3600
+
+
 class SchedulerConfig(models.Model):
     """One row (pk=1): every knob of a round. The next round reads the new values."""
 
@@ -137,6 +141,15 @@ class SchedulerConfig(models.Model):
             )
         if self.promote_knob is not None and self.promote_knob < 0:
             raise ValidationError({"promote_knob": "Must be 0 or more (empty or 0 = off)."})
+        if self.preemption_grace_seconds > MAX_PREEMPTION_GRACE_SECONDS:
+            # The stop task waits out the grace; its time limit is sized from this bound.
+            raise ValidationError(
+                {
+                    "preemption_grace_seconds": (
+                        f"Must be at most {MAX_PREEMPTION_GRACE_SECONDS} seconds (1 hour)."
+                    )
+                }
+            )
 
 
 class SchedulingRound(models.Model):

@@ -30,13 +30,16 @@ def test_env_bool_refuses_anything_else(monkeypatch, raw):
         base.env_bool("GPULAB_X", False)
 
 
-def test_env_int_refuses_text_and_values_below_the_minimum(monkeypatch):
+def test_env_int_refuses_text_and_values_outside_its_range(monkeypatch):
     monkeypatch.setenv("GPULAB_N", "ten")
     with pytest.raises(ImproperlyConfigured, match="not an integer"):
         base.env_int("GPULAB_N", 1)
     monkeypatch.setenv("GPULAB_N", "-1")
     with pytest.raises(ImproperlyConfigured, match="at least 0"):
         base.env_int("GPULAB_N", 1, minimum=0)
+    monkeypatch.setenv("GPULAB_N", "3601")
+    with pytest.raises(ImproperlyConfigured, match="at most 3600"):
+        base.env_int("GPULAB_N", 1, maximum=3600)
 
 
 def test_a_secret_can_come_from_a_file(monkeypatch, tmp_path):

@@ -42,7 +42,9 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     raw = env.str(name, default="")
     if raw == "":
         return default
@@ -52,6 +54,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from exc
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} must be at most {maximum}")
     return value
 
 
@@ -211,7 +215,10 @@ GPULAB_SSH_KEY_FILE = env.str("GPULAB_SSH_KEY_FILE", default="")
 GPULAB_SSH_TIMEOUT_SECONDS = env_int("GPULAB_SSH_TIMEOUT_SECONDS", 10, minimum=1)
 GPULAB_SSH_CONNECT_ATTEMPTS = env_int("GPULAB_SSH_CONNECT_ATTEMPTS", 3, minimum=1)
 # A launch may pull a container image first.
-GPULAB_LAUNCH_TIMEOUT_SECONDS = env_int("GPULAB_LAUNCH_TIMEOUT_SECONDS", 600, minimum=10)
+# agents.launch's Celery time limit is this plus SSH time (agents/tasks.py).
+GPULAB_LAUNCH_TIMEOUT_SECONDS = env_int(
+    "GPULAB_LAUNCH_TIMEOUT_SECONDS", 600, minimum=10, maximum=3600
+)
 # Where attempts' run directories (pid, stdout, stderr, exit_code) live on a node;
 # relative paths are relative to the SSH user's home.
 GPULAB_NODE_RUN_ROOT = env.str("GPULAB_NODE_RUN_ROOT", default=".gpulab/runs")

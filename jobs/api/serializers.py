@@ -19,11 +19,16 @@ class JobSubmitInput(serializers.Serializer):
 
     image = serializers.CharField(trim_whitespace=False, help_text="Container image reference.")
     command = serializers.JSONField(help_text='argv list of strings, e.g. ["python", "train.py"].')
-    num_gpus = serializers.JSONField(required=False, default=1, help_text="GPUs, 0 or more.")
+    num_gpus = serializers.JSONField(required=False, default=1, help_text="GPUs, 1 or more.")
     name = serializers.CharField(required=False, allow_blank=True, default="")
     env = serializers.JSONField(required=False, default=dict, help_text="{NAME: value} strings.")
     accepted_types = serializers.JSONField(
-        required=False, default=list, help_text="Device type names, most preferred first; [] = any."
+        required=False,
+        default=list,
+        help_text=(
+            "Device type names the job may run on; [] = any. Best-fit placement tries them in "
+            "this order; AlloX (the default) picks the one that serves the job best."
+        ),
     )
     consolidation = serializers.ChoiceField(
         choices=Consolidation.choices, required=False, default=Consolidation.PREFERRED

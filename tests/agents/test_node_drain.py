@@ -61,3 +61,21 @@ def test_admins_drain_and_undrain_from_the_admin(client, lab_admin: User) -> Non
     assert Node.objects.get(pk=node.pk).state == NodeState.DRAINED
     client.post(url, {"action": "undrain", "_selected_action": [node.pk]})
     assert Node.objects.get(pk=node.pk).state == NodeState.UP
+
+
+def test_the_admin_says_which_nodes_it_could_not_drain(client, lab_admin: User) -> None:  # type: ignore[no-untyped-def]
+    client.force_login(lab_admin)
+    up, down = _node(), _node()
+    Node.objects.filter(pk=down.pk).update(state=NodeState.DOWN)
+    url = reverse("admin:cluster_node_changelist")
+
+    response = client.post(
+        url, {"action": "drain", "_selected_action": [up.pk, down.pk]}, follow=True
+    )
+
+    texts = [str(message) for message in response.context["messages"]]
+    assert texts == [
+        f"Drained: {up.name}.",
+        "1 node(s) left as they were: only up or suspect nodes can be.",
+    ]
+    assert Node.objects.get(pk=down.pk).state == NodeState.DOWN

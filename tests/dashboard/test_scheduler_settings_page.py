@@ -130,6 +130,7 @@ def test_posting_the_current_values_writes_nothing(lab_admin):
         ({"policy": "srtf"}, "policy"),  # simulator-only
         ({"placement": "random"}, "placement"),
         ({"preemption_grace_seconds": "-3"}, "preemption_grace_seconds"),
+        ({"preemption_grace_seconds": "3601"}, "preemption_grace_seconds"),  # stop task limit
         ({"preempt_patience_seconds": "-1"}, "preempt_patience_seconds"),
         ({"preempt_margin": "0"}, "preempt_margin"),
         ({"max_victims": "-1"}, "max_victims"),

@@ -135,8 +135,9 @@ def test_the_largest_grantable_request_is_accepted(owner, small_cluster):
 
 
 @pytest.mark.django_db
-def test_a_cpu_only_job_with_zero_gpus_is_fine(owner, small_cluster):
-    assert job_submit(owner=owner, spec=dataclasses.replace(GOOD, num_gpus=0)).num_gpus == 0
+def test_a_job_without_gpus_is_refused_and_nothing_is_stored(owner, small_cluster):
+    # A job with no devices has no node to launch on; it used to sit in STARTING for ever.
+    assert reject(owner, num_gpus=0) == {"num_gpus": ["Must be at least 1."]}
 
 
 @pytest.mark.parametrize(
