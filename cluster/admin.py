@@ -29,14 +29,13 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Drain: no new jobs; running ones finish")
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        changed = [
-            node.name
-            for node in queryset
-            if node_drain(
+        changed = []
+        for node in queryset:
+            after = node_drain(
                 node_id=node.pk, reason="from the admin", by_username=request.user.username
-            ).state
-            != node.state
-        ]
+            )
+            if after.state != node.state:
+                changed.append(node.name)
         self._report(request, "Drained", changed, queryset.count(), "up or suspect")
 
     @admin.action(description="Undrain: take new jobs again")
@@ -53,10 +52,8 @@ class NodeAdmin(admin.ModelAdmin):
         if changed:
             self.message_user(request, f"{verb}: {', '.join(changed)}.", messages.SUCCESS)
         if skipped := selected - len(changed):
-            self.message_user(
-                request, f"{skipped} node(s) left as they were: only {allowed} nodes can be.",
-                messages.WARNING,
-            )  # fmt: skip
+            left = f"{skipped} node(s) left as they were: only {allowed} nodes can be."
+            self.message_user(request, left, messages.WARNING)
 
 
 @admin.register(DeviceType)

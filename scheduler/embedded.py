@@ -48,9 +48,11 @@ def _run_forever() -> None:
         _wake.clear()
         try:
             next_round, next_aggregates = iterate(
-                event=event, now=time.monotonic(), next_round=next_round,
+                event=event,
+                now=time.monotonic(),
+                next_round=next_round,
                 next_aggregates=next_aggregates,
-            )  # fmt: skip
+            )
         except Exception:  # the loop must survive a bad round; the next one retries
             logger.exception("Embedded scheduling loop iteration failed")
         finally:

@@ -8,6 +8,7 @@ from cluster.choices import NodeState
 from cluster.models import Node
 from scheduler.embedded import iterate
 from scheduler.models import SchedulingRound
+from scheduler.selectors import scheduler_config_get
 from tests.factories import DeviceFactory, NodeFactory
 
 LATER = 1e12  # neither the round nor the aggregates are due
@@ -32,4 +33,5 @@ def test_a_round_runs_when_asked_and_the_next_is_due_one_interval_later() -> Non
     )
 
     assert SchedulingRound.objects.count() == rounds + 1
-    assert next_round > 100.0 and next_aggregates == LATER
+    assert next_round == 100.0 + scheduler_config_get().round_interval_seconds
+    assert next_aggregates == LATER
