@@ -14,6 +14,7 @@ from django import forms
 from django.utils import timezone
 
 from scheduler.models import SchedulerConfig
+from scheduler.policies.fifo import FIFO_IGNORED_SETTINGS
 from scheduler.settings_services import EDITABLE_FIELDS
 
 # A longer report would sum more hourly rows than a page should (and a year covers audits).
@@ -142,6 +143,15 @@ class SchedulerSettingsForm(forms.ModelForm):
             "its GPU to a waiting job that suits it. 0 = off.",
             "round_interval_seconds": "Seconds between timer-triggered scheduling rounds.",
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, field in self.fields.items():
+            # The model names durations `*_seconds`; the policy's settings drop the unit.
+            if name.removesuffix("_seconds") in FIFO_IGNORED_SETTINGS or name in (
+                FIFO_IGNORED_SETTINGS
+            ):
+                field.help_text = f"{field.help_text} las and gittins only: fifo ignores it."
 
     def changes(self) -> dict[str, Any]:
         """The cleaned values of every editable field, for `scheduler_config_update`."""

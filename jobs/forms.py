@@ -61,7 +61,7 @@ class JobSubmitForm(forms.Form):
         super().__init__(*args, **kwargs)
         groups = list(user.lab_groups.order_by("name").values_list("name", flat=True))
         self.fields["group"].choices = [("", "default")] + [(name, name) for name in groups]
-        if user.default_group_id:
+        if user.default_group_id and user.default_group.name in groups:
             self.fields["group"].initial = user.default_group.name
         # A cloned job's group may not be the submitter's (an admin cloning a student's
         # job): fall back to the default rather than pre-select a choice that is not there.

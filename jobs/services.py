@@ -165,7 +165,15 @@ def _resolve_group(
     *, owner: User, group_name: Any, errors: dict[str, list[str]]
 ) -> LabGroup | None:
     if group_name in (None, ""):
-        return owner.default_group or owner.lab_groups.order_by("name").first()
+        # The default group is an admin's pointer that membership edits do not update:
+        # charge it only while the owner still belongs to it (Slurm's default account
+        # must be one of the user's associations).
+        member_of = owner.lab_groups.order_by("name")
+        if owner.default_group_id is not None:
+            default = member_of.filter(pk=owner.default_group_id).first()
+            if default is not None:
+                return default
+        return member_of.first()
     if not isinstance(group_name, str):
         errors.setdefault("group", []).append("Give the group's name.")
         return None

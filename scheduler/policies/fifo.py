@@ -15,6 +15,21 @@ from __future__ import annotations
 from scheduler.core.types import Decisions, Job, Snapshot
 from scheduler.policies.base import run_pass
 
+# SchedulerSettings fields only the Tiresias policies read: FIFO neither ranks by attained
+# service nor preempts. The settings page says so next to each (a property test checks it).
+FIFO_IGNORED_SETTINGS = frozenset(
+    {
+        "queue_thresholds",
+        "promote_knob",
+        "fairness",
+        "min_runtime",
+        "preempt_patience",
+        "preempt_margin",
+        "max_victims",
+        "starvation_seconds",
+    }
+)
+
 
 def fifo_order(snapshot: Snapshot) -> list[Job]:
     # Submit time, not queue entry: FIFO baselines ignore Tiresias queues entirely.

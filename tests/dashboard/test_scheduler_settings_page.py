@@ -72,6 +72,22 @@ def test_the_page_shows_current_values_and_the_models_explanations(lab_admin):
 
 
 @pytest.mark.django_db
+def test_the_knobs_fifo_ignores_say_so_and_no_others(lab_admin):
+    form = logged_in(lab_admin).get(URL).context["form"]
+    marked = {name for name, field in form.fields.items() if "fifo ignores it" in field.help_text}
+    assert marked == {
+        "queue_thresholds",
+        "promote_knob",
+        "fairness",
+        "min_runtime_seconds",
+        "preempt_patience_seconds",
+        "preempt_margin",
+        "max_victims",
+        "starvation_seconds",
+    }
+
+
+@pytest.mark.django_db
 def test_saving_changes_reaches_the_next_config_read_and_is_audited(lab_admin):
     response = logged_in(lab_admin).post(
         URL,

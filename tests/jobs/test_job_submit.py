@@ -174,6 +174,15 @@ def test_it_rejects_a_group_the_owner_does_not_belong_to(owner, outsider, small_
 
 
 @pytest.mark.django_db
+def test_a_default_group_the_owner_has_left_is_not_charged(owner, vision, nlp, small_cluster):
+    owner.default_group = nlp  # e.g. set while alice was in nlp, then she left it
+    owner.save()
+    assert job_submit(owner=owner, spec=GOOD).group == vision
+    nlp.members.add(owner)
+    assert job_submit(owner=owner, spec=GOOD).group == nlp
+
+
+@pytest.mark.django_db
 def test_every_bad_field_is_reported_at_once(owner, small_cluster):
     errors = reject(owner, image="Bad", command=[], env={"x": "1"}, num_gpus=-1)
     assert {"image", "command", "env", "num_gpus"} <= set(errors)

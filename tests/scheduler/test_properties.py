@@ -29,6 +29,7 @@ from scheduler.core.types import (
     Snapshot,
 )
 from scheduler.policies import POLICIES, decide
+from scheduler.policies.fifo import FIFO_IGNORED_SETTINGS
 from scheduler.policies.placement import (
     PLACERS,
     candidate_types,
@@ -200,6 +201,29 @@ def test_every_policy_returns_safe_decisions_that_do_not_depend_on_input_order(
 def test_fifo_policies_never_preempt(policy: str, data: st.DataObject) -> None:
     snap = data.draw(snapshots(policy, PlacementKind.BEST_FIT))
     assert decide(snap).preemptions == ()
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("policy", ["fifo", "fifo-backfill"])
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_fifo_decisions_do_not_depend_on_the_settings_it_is_said_to_ignore(
+    policy: str, placement: PlacementKind, data: st.DataObject
+) -> None:
+    snap = data.draw(snapshots(policy, placement))
+    other_values = {
+        "queue_thresholds": (60.0,),
+        "promote_knob": 1.0,
+        "fairness": 1.0 - snap.settings.fairness,
+        "min_runtime": 0.0,
+        "preempt_patience": 0.0,
+        "preempt_margin": 1,
+        "max_victims": 0,
+        "starvation_seconds": 1.0,
+    }
+    assert set(other_values) == FIFO_IGNORED_SETTINGS
+    changed = replace(snap, settings=replace(snap.settings, **other_values))
+    assert decide(changed) == decide(snap)
 
 
 @pytest.mark.parametrize("policy", ["las", "gittins"])
