@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,13 @@ from typing import TextIO
 
 from scheduler.core.types import PlacementKind, SchedulerSettings
 from scheduler.sim.clusters import SimCluster, load_cluster
-from scheduler.sim.engine import SimConfig, SimResult, simulate
+from scheduler.sim.engine import (
+    SimConfig,
+    SimResult,
+    bind_to_cluster,
+    simulate,
+    unplaceable_jobs,
+)
 from scheduler.sim.metrics import json_safe, summarize
 from scheduler.sim.traces import TraceError, TraceJob, load_tiresias_trace, scale_durations
 
@@ -250,6 +257,10 @@ def resolve(options: argparse.Namespace) -> Experiment:
     """Options -> trace, cluster, settings per run (reference mode fills its defaults)."""
     if bool(options.trace) == bool(options.generate):
         raise UsageError("give exactly one of --trace or --generate")
+    _check_numbers(options)
+    for flag, value in (("--json", options.json), ("--plot", options.plot)):
+        if value:
+            _check_writable(flag, Path(value))
     cluster = load_cluster(options.cluster)
     if options.trace:
         trace = load_tiresias_trace(options.trace)
@@ -260,14 +271,14 @@ def resolve(options: argparse.Namespace) -> Experiment:
         trace = philly_like(options.jobs, cluster.num_gpus, load=options.load, seed=options.seed)
         source = f"philly-like jobs={options.jobs} load={options.load} seed={options.seed}"
     if options.duration_scale != 1.0:
-        if options.duration_scale <= 0:
-            raise UsageError("--duration-scale must be > 0")
         trace = scale_durations(trace, options.duration_scale)
-    too_big = [job.id for job in trace if job.num_gpus > cluster.num_gpus]
-    if too_big:
+    unplaceable = unplaceable_jobs((bind_to_cluster(job, cluster) for job in trace), cluster)
+    if unplaceable:
+        job, most = unplaceable[0]
         raise UsageError(
-            f"{len(too_big)} job(s) need more GPUs than the cluster has ({cluster.num_gpus}), "
-            f"e.g. job {too_big[0]}"
+            f"{len(unplaceable)} job(s) can never be placed on this cluster, e.g. job {job.id}: "
+            f"it needs {job.num_gpus} GPUs ({job.consolidation.value} consolidation), and one "
+            f"device type it can run on offers at most {most} (a job never spans types)"
         )
 
     reference = bool(options.tiresias_reference)
@@ -364,6 +375,47 @@ def resolve(options: argparse.Namespace) -> Experiment:
     return Experiment(trace, cluster, runs, config, description)
 
 
+# Options that must be finite (NaN compares false with every bound, and an infinite
+# duration or restore cost never completes): (attribute, flag, smallest allowed, inclusive).
+FINITE_OPTIONS = (
+    ("load", "--load", 0.0, False),
+    ("duration_scale", "--duration-scale", 0.0, False),
+    ("restore_cost", "--restore-cost", 0.0, True),
+    ("patience", "--patience", 0.0, True),
+    ("starvation", "--starvation", 0.0, True),
+    ("efficiency_gate", "--efficiency-gate", 0.0, True),
+    ("min_runtime", "--min-runtime", 0.0, True),
+    ("fairness", "--fairness", 0.0, True),
+    ("tick", "--tick", 0.0, True),
+)
+
+
+def _check_numbers(options: argparse.Namespace) -> None:
+    """Refuse NaN, infinities and out-of-range values before anything runs."""
+    for attribute, flag, lowest, inclusive in FINITE_OPTIONS:
+        value = getattr(options, attribute, None)
+        if value is None:
+            continue
+        bound_ok = value >= lowest if inclusive else value > lowest
+        if not math.isfinite(value) or not bound_ok:
+            relation = ">=" if inclusive else ">"
+            raise UsageError(f"{flag} must be a finite number {relation} {lowest:g}, got {value}")
+    if options.generate and options.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {options.jobs}")
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    """Fail before a long replay, not after it, when an output cannot be written."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # the write would make it anyway
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create {exc.filename}: {exc.strerror}") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable")
+
+
 def run_experiment(experiment: Experiment) -> dict[str, SimResult]:
     results: dict[str, SimResult] = {}
     for label, settings in experiment.runs:
@@ -441,19 +493,36 @@ def run(options: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, obje
     results = run_experiment(experiment)
     document = report(results, experiment.description)
     _say(out, format_table(document))
-    if options.json:
-        path = Path(options.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(json_safe(document), indent=2) + "\n", encoding="utf-8")
-        _say(out, f"wrote {path}")
-    if options.plot:
-        from scheduler.sim.plot import write_plot
+    # Wall time is printed, not stored: the --json document depends only on the inputs.
+    timings = ", ".join(f"{label} {result.wall_seconds:.1f} s" for label, result in results.items())
+    _say(out, f"simulated in: {timings}")
+    try:
+        if options.json:
+            path = Path(options.json)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(json_safe(document), indent=2) + "\n", encoding="utf-8")
+            _say(out, f"wrote {path}")
+        if options.plot:
+            from scheduler.sim.plot import write_plot
 
-        path = Path(options.plot)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_plot(results, path, title=f"{d['trace']} on {d['cluster']}")
-        _say(out, f"wrote {path}")
+            path = Path(options.plot)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_plot(results, path, title=f"{d['trace']} on {d['cluster']}")
+            _say(out, f"wrote {path}")
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
     return document
+
+
+def stuck_policies(document: dict[str, object]) -> list[str]:
+    """Labels of the runs that stopped with jobs nothing could start (exit status 1)."""
+    policies = document["policies"]
+    assert isinstance(policies, dict)
+    return [
+        label
+        for label, metrics in policies.items()
+        if str(metrics.get("stop_reason", "")).startswith("stuck")
+    ]
 
 
 def _say(out: TextIO, text: str) -> None:
@@ -466,7 +535,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     try:
-        run(options)
+        document = run(options)
     except (UsageError, TraceError) as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    stuck = stuck_policies(document)
+    if stuck:
+        parser.exit(1, f"{parser.prog}: {', '.join(stuck)} left jobs that never ran\n")
     return 0

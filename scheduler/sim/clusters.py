@@ -20,15 +20,17 @@ Two formats are read:
            {"name": "v100-{i}", "count": 12, "device_type": "v100", "gpus": 8},
            {"name": "p100-{i}", "count": 12, "device_type": "p100", "gpus": 8}
          ],
-         "throughputs": {"resnet50": {"v100": 1.0, "p100": 0.6, "k80": 0.14}},
-         "default_throughput": "speed"
+         "throughputs": {"resnet50": {"v100": 1.0, "p100": 0.6, "k80": 0.14}}
        }
 
    ``name`` may contain ``{i}`` (0-based index within the entry); ``count`` defaults to 1;
    ``speed`` is the admin-set relative speed (attained service is normalized by it);
    the optional ``throughputs`` matrix gives, per model name, the job's throughput on each
    type relative to the reference 1.0 (what the engine uses to advance a job's work). A
-   model or type missing from the matrix runs at the device type's speed.
+   model or type missing from the matrix runs at the device type's speed; a throughput of
+   0 means the model does not run on that type. Unknown keys, node types missing from a
+   non-empty ``device_types`` and matrix types the cluster lacks are errors: a typo would
+   otherwise change the results silently.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ from pathlib import Path
 
 from scheduler.core.types import Device, Node
 from scheduler.sim.traces import TraceError
+
+# A sanity bound: a typo such as 100000,100000,8 would otherwise build 8·10^10 devices.
+MAX_DEVICES = 1_000_000
+HETEROGENEOUS_KEYS = frozenset({"name", "device_types", "nodes", "throughputs"})
+NODE_KEYS = frozenset({"name", "count", "device_type", "gpus", "speed"})
 
 TIRESIAS_SPEC_COLUMNS = (
     "num_switch",
@@ -121,6 +128,8 @@ def parse_tiresias_spec(text: str, where: str = "<spec>") -> SimCluster:
     if len(rows) != 1:
         raise TraceError(f"{where}: a cluster spec has exactly one data row, found {len(rows)}")
     row = rows[0]
+    if None in row:  # DictReader puts surplus cells under the key None
+        raise TraceError(f"{where}:{first_line}: more cells than the spec's five columns")
     values: dict[str, int] = {}
     for column in TIRESIAS_SPEC_COLUMNS:
         raw = (row.get(column) or "").strip()
@@ -129,8 +138,10 @@ def parse_tiresias_spec(text: str, where: str = "<spec>") -> SimCluster:
                 f"{where}:{first_line}: field '{column}' must be a positive integer, got {raw!r}"
             )
         values[column] = int(raw)
-    cluster = _tiresias_cluster(values)
-    return cluster
+    total = values["num_switch"] * values["num_node_p_switch"] * values["num_gpu_p_node"]
+    if total > MAX_DEVICES:
+        raise TraceError(f"{where}: {total} GPUs; the simulator takes at most {MAX_DEVICES}")
+    return _tiresias_cluster(values)
 
 
 def _tiresias_cluster(spec: Mapping[str, int]) -> SimCluster:
@@ -151,12 +162,17 @@ def parse_heterogeneous(data: object, where: str = "<cluster>") -> SimCluster:
     """Build a cluster from the JSON description (already decoded)."""
     if not isinstance(data, dict):
         raise TraceError(f"{where}: the cluster description must be a JSON object")
+    _no_unknown_keys(data, HETEROGENEOUS_KEYS, where)
     types = data.get("device_types", {})
     if not isinstance(types, dict):
         raise TraceError(f"{where}: 'device_types' must be an object of type -> {{speed}}")
     speeds: dict[str, float] = {}
     for type_name, spec in types.items():
-        speed = spec.get("speed", 1.0) if isinstance(spec, dict) else spec
+        if isinstance(spec, dict):
+            _no_unknown_keys(spec, frozenset({"speed"}), f"{where}: device_types.{type_name}")
+            speed = spec.get("speed", 1.0)
+        else:
+            speed = spec
         speeds[type_name] = _positive(speed, f"{where}: device_types.{type_name}.speed")
     entries = data.get("nodes")
     if not isinstance(entries, list) or not entries:
@@ -168,15 +184,23 @@ def parse_heterogeneous(data: object, where: str = "<cluster>") -> SimCluster:
         at = f"{where}: nodes[{index}]"
         if not isinstance(entry, dict):
             raise TraceError(f"{at} must be an object")
+        _no_unknown_keys(entry, NODE_KEYS, at)
         device_type = entry.get("device_type")
         if not isinstance(device_type, str) or not device_type:
             raise TraceError(f"{at}.device_type must be a non-empty string")
+        if speeds and device_type not in speeds:
+            declared = ", ".join(sorted(speeds))
+            raise TraceError(
+                f"{at}.device_type {device_type!r} is not in device_types ({declared})"
+            )
         count = entry.get("count", 1)
         gpus = entry.get("gpus")
-        if not isinstance(count, int) or count < 1:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise TraceError(f"{at}.count must be a positive integer, got {count!r}")
-        if not isinstance(gpus, int) or gpus < 1:
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise TraceError(f"{at}.gpus must be a positive integer, got {gpus!r}")
+        if len(devices) + count * gpus > MAX_DEVICES:
+            raise TraceError(f"{where}: more than {MAX_DEVICES} GPUs in all")
         speed = speeds.get(device_type)
         if "speed" in entry:
             speed = _positive(entry["speed"], f"{at}.speed")
@@ -197,6 +221,20 @@ def parse_heterogeneous(data: object, where: str = "<cluster>") -> SimCluster:
                 for _ in range(gpus)
             )
     throughputs = parse_throughput_matrix(data.get("throughputs", {}), f"{where}: throughputs")
+    # A matrix may cover declared types the cluster has no node of (measurements are kept
+    # for every type), but not a name declared nowhere: that is a typo.
+    cluster_types = {device.device_type for device in devices}
+    known_types = cluster_types | set(speeds)
+    for model, row in throughputs.items():
+        for type_name, _ in row:
+            if type_name not in known_types:
+                raise TraceError(
+                    f"{where}: throughputs.{model}.{type_name}: the cluster has no device type "
+                    f"{type_name!r} ({', '.join(sorted(known_types))})"
+                )
+        values = dict(row)
+        if all(values.get(type_name, 1.0) == 0 for type_name in cluster_types):
+            raise TraceError(f"{where}: throughputs.{model} is 0 on every device type")
     return SimCluster(
         devices=tuple(devices),
         nodes=tuple(nodes),
@@ -219,6 +257,15 @@ def parse_throughput_matrix(
             sorted((str(t), _non_negative(v, f"{where}.{model}.{t}")) for t, v in row.items())
         )
     return matrix
+
+
+def _no_unknown_keys(data: Mapping[str, object], known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise TraceError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"expected {', '.join(sorted(known))}"
+        )
 
 
 def _positive(value: object, where: str) -> float:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, fields, replace
 from scheduler.core import accounting
 from scheduler.core.types import (
     Account,
+    Consolidation,
     Decisions,
     Device,
     Job,
@@ -233,6 +234,47 @@ def _checked(decide: DecideFn) -> DecideFn:
     return checked
 
 
+def bind_to_cluster(job: TraceJob, cluster: SimCluster) -> TraceJob:
+    """`job` as it runs on `cluster`: its model's throughput row, its usable types.
+
+    A job without its own throughputs takes its model's row of the cluster's matrix. A type
+    where the job's throughput is 0 is one it cannot run on, so it leaves the job's accepted
+    types (placement would otherwise park it there for ever).
+    """
+    if not job.throughputs and job.model in cluster.throughputs:
+        job = replace(job, throughputs=cluster.throughputs[job.model])
+    unusable = {device_type for device_type, value in job.throughputs if value <= 0}
+    if unusable:
+        accepted = job.accepted_types or cluster.device_types
+        job = replace(job, accepted_types=tuple(t for t in accepted if t not in unusable))
+    return job
+
+
+def unplaceable_jobs(trace: Iterable[TraceJob], cluster: SimCluster) -> list[tuple[TraceJob, int]]:
+    """Jobs no placement on `cluster` can ever hold, each with the most GPUs one could.
+
+    A job never spans device types, and a `required` job must fit on one node, so the
+    bound is per type: all its GPUs, or its largest node's. Jobs as `bind_to_cluster`
+    leaves them (zero-throughput types already dropped).
+    """
+    total: dict[str, int] = {}
+    per_node: dict[tuple[str, str], int] = {}
+    for device in cluster.devices:
+        total[device.device_type] = total.get(device.device_type, 0) + 1
+        key = (device.device_type, device.node)
+        per_node[key] = per_node.get(key, 0) + 1
+    largest_node: dict[str, int] = {}
+    for (device_type, _), count in per_node.items():
+        largest_node[device_type] = max(largest_node.get(device_type, 0), count)
+    unplaceable = []
+    for job in trace:
+        bound = largest_node if job.consolidation is Consolidation.REQUIRED else total
+        most = max((bound.get(t, 0) for t in job.accepted_types or cluster.device_types), default=0)
+        if job.num_gpus > most:
+            unplaceable.append((job, most))
+    return unplaceable
+
+
 class Simulation:
     """One replay of `trace` on `cluster` under `settings` (see the module docstring)."""
 
@@ -257,15 +299,8 @@ class Simulation:
         elif self.config.check_invariants:
             decide = _checked(decide)
         self.decide = decide
-        # Jobs without their own throughputs take their model's row of the cluster's matrix.
-        matrix = cluster.throughputs
         self.trace = sorted(
-            (
-                replace(job, throughputs=matrix[job.model])
-                if not job.throughputs and job.model in matrix
-                else job
-                for job in trace
-            ),
+            (bind_to_cluster(job, cluster) for job in trace),
             key=lambda job: (job.submit_time, job.id),
         )
         self.cluster = cluster

@@ -106,7 +106,6 @@ def summarize(result: SimResult) -> dict[str, object]:
         "promotions": sum(r.promotions for r in records),
         "avg_slowdown": _mean([_slowdown(r) for r in done]),
         "rounds": result.rounds,
-        "sim_wall_seconds": result.wall_seconds,
         "stop_reason": result.stop_reason,
     }
     return summary

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,15 +77,21 @@ def _field(row: dict[str, str], name: str, where: str) -> str:
 
 def _int_field(row: dict[str, str], name: str, where: str, *, minimum: int) -> int:
     raw = _field(row, name, where)
-    try:
-        number = float(raw)
-    except ValueError:
-        raise TraceError(f"{where}: field '{name}' is not a number: {raw!r}") from None
-    if not math.isfinite(number) or number != int(number):
-        raise TraceError(f"{where}: field '{name}' must be a whole number, got {raw!r}")
+    if re.fullmatch(r"[+-]?\d+", raw):
+        number = int(raw)
+    else:
+        # Some traces write whole numbers as floats ("4.0"); a float is exact only up to
+        # 2^53, and two ids past it could collapse into one.
+        try:
+            value = float(raw)
+        except ValueError:
+            raise TraceError(f"{where}: field '{name}' is not a number: {raw!r}") from None
+        if not math.isfinite(value) or value != int(value) or abs(value) > 2**53:
+            raise TraceError(f"{where}: field '{name}' must be a whole number, got {raw!r}")
+        number = int(value)
     if number < minimum:
         raise TraceError(f"{where}: field '{name}' must be >= {minimum}, got {raw!r}")
-    return int(number)
+    return number
 
 
 def _float_field(row: dict[str, str], name: str, where: str, *, positive: bool) -> float:

@@ -10,7 +10,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.sim.cli import UsageError, add_arguments, run
+from scheduler.sim.cli import UsageError, add_arguments, run, stuck_policies
 from scheduler.sim.traces import TraceError
 
 
@@ -26,6 +26,9 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         namespace = argparse.Namespace(**options)
         try:
-            run(namespace, out=self.stdout)
+            document = run(namespace, out=self.stdout)
         except (UsageError, TraceError) as exc:
             raise CommandError(str(exc)) from exc
+        stuck = stuck_policies(document)
+        if stuck:
+            raise CommandError(f"{', '.join(stuck)} left jobs that never ran")

@@ -83,8 +83,16 @@ def test_policy_names_accept_aliases_and_per_policy_placement() -> None:
     [
         (["--queues", "7200,3600"], "thresholds must increase"),
         (["--knob", "lots"], "a number or 'off'"),
-        (["--cluster", "1,1,1,8,64"], "need more GPUs than the cluster has"),
+        (["--cluster", "1,1,1,8,64"], "can never be placed on this cluster, e.g. job 1"),
         (["--efficiency-gate", "1.5"], "--efficiency-gate must be in [0, 1]"),
+        # NaN passes every `< 0` check, and an infinite duration or restore never ends:
+        # both once hung the replay or changed results silently.
+        (["--duration-scale", "nan"], "--duration-scale must be a finite number > 0"),
+        (["--restore-cost", "inf"], "--restore-cost must be a finite number >= 0, got inf"),
+        (["--tick", "nan"], "--tick must be a finite number"),
+        (["--starvation", "nan"], "--starvation must be a finite number"),
+        (["--min-runtime", "-1"], "--min-runtime must be a finite number >= 0"),
+        (["--fairness", "2"], "--fairness must be in [0, 1]"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(
@@ -95,6 +103,104 @@ def test_bad_options_exit_with_a_clear_message(
         main(args)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--load", "0"], "--load must be a finite number > 0"),
+        (["--load", "inf"], "--load must be a finite number > 0, got inf"),
+    ],
+)
+def test_bad_generator_options_exit_with_a_clear_message(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--generate", "philly", "--cluster", "1,1,2,8,64", "--no-progress", *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_an_unwritable_output_fails_before_the_replay(
+    trace: Path, tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for target, message in ((tmp_path, "is a directory"), (blocker / "x.json", "cannot create")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--trace", str(trace), "--cluster", "1,1,2,8,64", flag, str(target)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr()
+        assert message in err.err
+        assert "avg JCT" not in err.out  # refused before anything was simulated
+
+
+def hetero_cluster(tmp_path: Path, throughputs: dict[str, dict[str, float]]) -> Path:
+    path = tmp_path / "hz.json"
+    path.write_text(
+        json.dumps(
+            {
+                "device_types": {"v100": 1.0, "k80": 0.5},
+                "nodes": [
+                    {"name": "v", "device_type": "v100", "gpus": 1},
+                    {"name": "k", "device_type": "k80", "gpus": 1},
+                ],
+                "throughputs": throughputs,
+            }
+        )
+    )
+    return path
+
+
+def test_a_job_that_fits_the_cluster_but_no_single_type_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "two.csv"
+    trace.write_text(TRACE_ROWS.splitlines()[0] + "\n0,2,0,0,vgg19,100,0\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--trace", str(trace), "--cluster", str(hetero_cluster(tmp_path, {}))])
+    assert exit_info.value.code == 2
+    assert (
+        "needs 2 GPUs (preferred consolidation), and one device type it can run on offers "
+        "at most 1" in capsys.readouterr().err
+    )
+
+
+def test_a_zero_throughput_type_is_one_the_job_never_runs_on(tmp_path: Path) -> None:
+    # vgg19 cannot run on the k80: it must wait for the v100, not sit on the k80 for ever.
+    trace = tmp_path / "z.csv"
+    trace.write_text(TRACE_ROWS.splitlines()[0] + "\n0,1,0,0,resnet,100,0\n1,1,0,0,vgg19,100,0\n")
+    cluster = hetero_cluster(tmp_path, {"vgg19": {"v100": 1.0, "k80": 0.0}})
+    out = tmp_path / "z.json"
+    code = main(
+        ["--trace", str(trace), "--cluster", str(cluster), "--policy", "fifo@best-fit",
+         "--json", str(out), "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    fifo = json.loads(out.read_text())["policies"]["fifo@best-fit"]
+    assert fifo["jobs_finished"] == 2
+    assert fifo["stop_reason"] == "all jobs finished"
+
+
+def test_a_replay_that_leaves_jobs_unstarted_exits_with_status_1(
+    trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stuck = {"policies": {"las": {"stop_reason": "stuck: 1 job(s) wait and nothing can start"}}}
+    monkeypatch.setattr("scheduler.sim.cli.run", lambda options: stuck)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--trace", str(trace), "--cluster", "1,1,2,8,64"])
+    assert exit_info.value.code == 1
+    assert "las left jobs that never ran" in capsys.readouterr().err
+
+
+def test_the_json_document_depends_only_on_the_inputs(trace: Path, tmp_path: Path) -> None:
+    outputs = [tmp_path / "a.json", tmp_path / "b.json"]
+    for out in outputs:
+        args = ["--trace", str(trace), "--cluster", "1,1,2,8,64", "--policy", "las,srsf"]
+        assert main([*args, "--json", str(out), "--no-progress"]) == 0
+    assert outputs[0].read_bytes() == outputs[1].read_bytes()
 
 
 def test_python_dash_m_runs_end_to_end(trace: Path, tmp_path: Path) -> None:

@@ -44,6 +44,8 @@ def test_it_reads_the_shipped_spec_files_without_trailing_newline(name: str, gpu
             "1,1,1,1,1",
             "exactly one data row, found 2",
         ),
+        ("1,2,4,128,256,9", "spec:1: more cells than the spec's five columns"),
+        ("100000,100000,8,1,1", "spec: 80000000000 GPUs; the simulator takes at most 1000000"),
     ],
 )
 def test_bad_specs_name_the_field(text: str, message: str) -> None:
@@ -87,6 +89,33 @@ def test_the_heterogeneous_description_has_types_speeds_and_throughputs(tmp_path
         (
             {"nodes": [{"device_type": "v", "gpus": 1}], "throughputs": {"m": {"v": "fast"}}},
             r"throughputs.m.v must be a number",
+        ),
+        # Typos are errors: each of these once ran with silently different speeds.
+        (
+            {"nodes": [{"device_type": "v", "gpus": 1}], "throughput": {"m": {"v": 0.1}}},
+            r"unknown key\(s\) 'throughput'",
+        ),
+        (
+            {"nodes": [{"device_type": "v", "gpus": 1}], "throughputs": {"m": {"V": 0.1}}},
+            r"throughputs.m.V: the cluster has no device type 'V'",
+        ),
+        (
+            {"device_types": {"v100": 1.0}, "nodes": [{"device_type": "v1OO", "gpus": 1}]},
+            r"nodes\[0\].device_type 'v1OO' is not in device_types \(v100\)",
+        ),
+        ({"nodes": [{"device_type": "v", "gpus": 1, "cuont": 4}]}, r"unknown key\(s\) 'cuont'"),
+        ({"nodes": [{"device_type": "v", "gpus": 1, "count": True}]}, r"count must be a positive"),
+        (
+            {"device_types": {"v": {"sped": 2}}, "nodes": [{"device_type": "v", "gpus": 1}]},
+            r"device_types.v: unknown key\(s\) 'sped'",
+        ),
+        (
+            {"nodes": [{"device_type": "v", "gpus": 1}], "throughputs": {"m": {"v": 0}}},
+            r"throughputs.m is 0 on every device type",
+        ),
+        (
+            {"nodes": [{"device_type": "v", "gpus": 8, "count": 200_000}]},
+            r"more than 1000000 GPUs",
         ),
     ],
 )

@@ -56,6 +56,7 @@ def test_it_reads_optional_user_group_and_consolidation_columns(tmp_path: Path) 
         ("0,1.5,0,0,a,10,0\n", "trace.csv:2: field 'num_gpu' must be a whole number"),
         ("0,1,0,0,a,10,0,extra\n", "trace.csv:2: more cells than header columns"),
         ("0,1,0,0,a,10,0\n0,1,0,0,a,10,0\n", "job_id 0 appears twice"),
+        ("1e20,1,0,0,a,10,0\n", "field 'job_id' must be a whole number, got '1e20'"),
         ("", "the trace has no jobs"),
     ],
 )
@@ -84,3 +85,10 @@ def test_scaling_and_writing_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "out.csv"
     write_tiresias_trace(scaled, out)
     assert load_tiresias_trace(out) == scaled
+
+
+def test_large_integer_ids_stay_exact(tmp_path: Path) -> None:
+    # Through float, 2^53 + 1 and 2^53 are the same number and the ids would collide.
+    body = "9007199254740993,1,0,0,a,10,0\n9007199254740992,1,0,0,a,10,0\n4.0,1,0,0,a,10,0\n"
+    jobs = load_tiresias_trace(write(tmp_path, body))
+    assert sorted(job.id for job in jobs) == [4, 9007199254740992, 9007199254740993]
