@@ -27,7 +27,7 @@ from accounts.services import token_digest
 from cluster.choices import NodeState
 from cluster.models import Device, DeviceType, Node
 from cluster.services import node_drain
-from config.errors import NotFound
+from config.errors import Conflict, NotFound
 from jobs.models import Allocation
 
 from .models import (
@@ -94,30 +94,69 @@ def _device_type_for(model_name: str) -> DeviceType:
     return device_type
 
 
-def _register_devices(node: Node, gpus: list[dict[str, Any]]) -> dict[str, Device]:
-    """Devices register themselves: matched by UUID, created or moved to this node."""
+def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> dict[str, Device]:
+    """Devices register themselves by UUID: created, updated, or moved into their slot.
+
+    A node's token speaks only for that node, so a GPU registered on another node moves
+    here only while that node cannot be using it (DOWN or DRAINED, no live allocation):
+    otherwise one node's agent could take over another's GPUs and report for its jobs.
+    A GPU that takes an occupied slot retires the one it replaced (history kept), unless
+    that one is still allocated to a job.
+    """
     devices: dict[str, Device] = {}
     for gpu in gpus:
-        device = Device.objects.filter(uuid=gpu["uuid"]).first()
+        uuid, index, name = gpu["uuid"], gpu["index"], gpu["name"][:128]
+        device = Device.all_objects.select_related("node").filter(uuid=uuid).first()
+        if device is not None and device.node_id != node.pk:
+            _check_movable(device, to_node=node)
+        occupant = Device.objects.filter(node=node, index=index).exclude(uuid=uuid).first()
+        if occupant is not None:
+            if Allocation.objects.filter(device=occupant, ended_at__isnull=True).exists():
+                raise Conflict(
+                    f"GPU {index} of node {node.name} is reported as {uuid}, but "
+                    f"{occupant.uuid} in that slot is still allocated to a job; it can be "
+                    "replaced once the job has ended."
+                )
+            Device.objects.filter(pk=occupant.pk).update(retired_at=now)
         if device is None:
-            # A replaced GPU takes its slot's index; the old row keeps its history.
-            Device.objects.filter(node=node, index=gpu["index"]).exclude(uuid=gpu["uuid"]).update(
-                index=10_000 + gpu["index"]
-            )
             device = Device.objects.create(
                 node=node,
-                index=gpu["index"],
-                uuid=gpu["uuid"],
-                model_name=gpu["name"][:128],
+                index=index,
+                uuid=uuid,
+                model_name=name,
                 device_type=_device_type_for(gpu["name"]),
                 memory_mb=gpu["memory_total_mb"],
             )
-        elif device.node_id != node.pk or device.model_name != gpu["name"][:128]:
-            Device.objects.filter(pk=device.pk).update(
-                node=node, model_name=gpu["name"][:128], memory_mb=gpu["memory_total_mb"]
+        elif (
+            device.node_id != node.pk
+            or device.index != index
+            or device.model_name != name
+            or device.memory_mb != gpu["memory_total_mb"]
+            or device.retired_at is not None
+        ):
+            Device.all_objects.filter(pk=device.pk).update(
+                node=node,
+                index=index,
+                model_name=name,
+                memory_mb=gpu["memory_total_mb"],
+                retired_at=None,
             )
-        devices[gpu["uuid"]] = device
+        devices[uuid] = device
     return devices
+
+
+def _check_movable(device: Device, *, to_node: Node) -> None:
+    """Refuse moving `device` to `to_node` while its own node may be using it."""
+    held = Allocation.objects.filter(device=device, ended_at__isnull=True).exists()
+    if device.retired_at is None and (
+        held or device.node.state not in (NodeState.DOWN, NodeState.DRAINED)
+    ):
+        raise Conflict(
+            f"GPU {device.uuid} is registered on node {device.node.name} "
+            f"({device.node.state}{', allocated to a job' if held else ''}). To move it to "
+            f"{to_node.name}, drain {device.node.name} until its jobs have ended, or let it "
+            "go down, first."
+        )
 
 
 def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, Device]) -> str:
@@ -167,7 +206,7 @@ def agent_heartbeat_record(
             cuda_version=heartbeat.get("cuda_version", ""),
         )
         Node.objects.filter(pk=node.pk).update(labels=labels)
-        devices = _register_devices(node, gpus)
+        devices = _register_devices(node, gpus, now)
         fault = _hardware_faults(node, gpus, devices)
         GpuSample.objects.bulk_create(
             GpuSample(

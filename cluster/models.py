@@ -63,6 +63,13 @@ class Node(models.Model):
         return self.name
 
 
+class InServiceDeviceManager(models.Manager["Device"]):
+    """Devices still in a node: every query that schedules, launches or draws uses this."""
+
+    def get_queryset(self) -> models.QuerySet[Device]:
+        return super().get_queryset().filter(retired_at__isnull=True)
+
+
 class Device(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
     index = models.PositiveSmallIntegerField(help_text="Index on the node (nvidia-smi order).")
@@ -71,11 +78,27 @@ class Device(models.Model):
     model_name = models.CharField(max_length=128, blank=True)
     device_type = models.ForeignKey(DeviceType, on_delete=models.PROTECT, related_name="devices")
     memory_mb = models.PositiveIntegerField(default=0)
+    retired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When another GPU took this one's slot; a retired GPU is never scheduled "
+        "and keeps its history. Cleared if it is reported again.",
+    )
+
+    # The default manager hides retired devices (related managers such as node.devices use
+    # it too); `all_objects` finds them, e.g. a GPU put back into a node.
+    objects = InServiceDeviceManager()
+    all_objects = models.Manager()
 
     class Meta:
         ordering = ["node__name", "index"]
+        base_manager_name = "all_objects"  # a sample's or allocation's device, even retired
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="device_unique_index_per_node"),
+            models.UniqueConstraint(
+                fields=["node", "index"],
+                condition=Q(retired_at__isnull=True),
+                name="device_unique_index_per_node",
+            ),
         ]
 
     def __str__(self) -> str:

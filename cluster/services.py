@@ -52,9 +52,10 @@ def node_register(
             },
         )
         for spec in devices:
-            Device.objects.update_or_create(
+            Device.all_objects.update_or_create(
                 uuid=spec.uuid,
                 defaults={
+                    "retired_at": None,
                     "node": node,
                     "index": spec.index,
                     "kind": spec.kind,

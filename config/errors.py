@@ -37,6 +37,14 @@ class IllegalTransition(ApplicationError):
     default_code = "illegal_transition"
 
 
+class Conflict(ApplicationError):
+    """The request is well formed but contradicts what is recorded (e.g. a GPU that
+    another node still holds)."""
+
+    status_code = 409
+    default_code = "conflict"
+
+
 class NotFound(ApplicationError):
     status_code = 404
     default_code = "not_found"

@@ -225,3 +225,65 @@ def test_a_heartbeat_from_a_down_node_asks_for_a_reconcile_and_keeps_it_down(nod
     assert response.status_code == 200
     assert response.json()["reconcile"] is True
     assert Node.objects.get(pk=node.pk).state == NodeState.DOWN
+
+
+def post_gpus(node: Node, gpus: list[SimGpu]) -> Any:
+    """One heartbeat from `node`'s agent reporting exactly `gpus`."""
+    _, key = node_agent_token_create(node_id=node.pk)
+    payload = NvmlCollector(SimulatedNvml(gpus), job_of=lambda pid: None).collect()
+    return APIClient().post(URL, payload, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
+
+
+def in_service(node: Node) -> list[tuple[int, str]]:
+    return list(node.devices.order_by("index").values_list("index", "uuid"))
+
+
+def test_a_node_cannot_take_over_a_gpu_another_node_is_using(node: Node) -> None:
+    other = NodeFactory(name="gpu-8")
+    assert post_gpus(other, [SimGpu(uuid="GPU-bb")]).status_code == 200
+    job = started_job(other, command=["python", "train.py"])
+
+    response = post_gpus(node, [SimGpu(uuid="GPU-aa"), SimGpu(uuid="GPU-bb")])
+
+    assert response.status_code == 409
+    assert "GPU GPU-bb is registered on node gpu-8 (up, allocated to a job)" in str(
+        response.json()
+    )
+    assert in_service(other) == [(0, "GPU-bb")]
+    assert in_service(node) == []  # the whole heartbeat was refused: nothing half-written
+    assert job.allocations.get().device.node == other
+    assert GpuSample.objects.count() == 1  # only gpu-8's own earlier heartbeat
+
+
+def test_a_gpu_moves_from_a_drained_idle_node_into_its_new_slot(node: Node) -> None:
+    other = NodeFactory(name="gpu-8")
+    post_gpus(other, [SimGpu(uuid="GPU-bb")])
+    post_gpus(node, [SimGpu(uuid="GPU-aa")])
+    Node.objects.filter(pk=other.pk).update(state=NodeState.DRAINED)
+
+    # The card now sits in gpu-7's first slot, where GPU-aa was: that one retires.
+    assert post_gpus(node, [SimGpu(uuid="GPU-bb")]).status_code == 200
+
+    assert in_service(node) == [(0, "GPU-bb")]
+    assert in_service(other) == []
+    retired = Device.all_objects.get(uuid="GPU-aa")
+    assert retired.retired_at is not None and not Device.objects.filter(uuid="GPU-aa").exists()
+
+
+def test_replacing_the_gpu_in_a_slot_again_and_again_keeps_working(node: Node) -> None:
+    # Retired GPUs used to park at index 10_000 + i, so a third card in one slot collided.
+    for uuid in ("GPU-x1", "GPU-x2", "GPU-x3", "GPU-x1"):
+        assert post_gpus(node, [SimGpu(uuid=uuid)]).status_code == 200
+        assert in_service(node) == [(0, uuid)]
+    assert Device.all_objects.filter(node=node, retired_at__isnull=False).count() == 2
+
+
+def test_a_gpu_still_allocated_to_a_job_is_not_replaced(node: Node) -> None:
+    post_gpus(node, [SimGpu(uuid="GPU-aa")])
+    started_job(node, command=["python", "train.py"])
+
+    response = post_gpus(node, [SimGpu(uuid="GPU-zz")])
+
+    assert response.status_code == 409
+    assert "GPU-aa in that slot is still allocated to a job" in str(response.json())
+    assert in_service(node) == [(0, "GPU-aa")]
