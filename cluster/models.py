@@ -88,7 +88,7 @@ class Device(models.Model):
     # The default manager hides retired devices (related managers such as node.devices use
     # it too); `all_objects` finds them, e.g. a GPU put back into a node.
     objects = InServiceDeviceManager()
-    all_objects = models.Manager()
+    all_objects = models.Manager()  # noqa: DJ012 (ruff takes the manager above for a field)
 
     class Meta:
         ordering = ["node__name", "index"]

@@ -14,7 +14,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -25,10 +24,8 @@ from django.views.decorators.http import require_GET, require_POST
 from plotly.subplots import make_subplots
 
 from accounts.models import User
-from agents.selectors import job_measured_rates, node_of_attempt
-from agents.services import agent_logs_tail
-from cluster.choices import NodeState
-from cluster.models import Node
+from agents.logs import LOG_STREAMS, job_log_tail
+from agents.selectors import job_measured_rates
 from config.errors import ApplicationError, NotFound, ValidationFailed
 from dashboard.charts import PALETTE, figure_json, figure_new
 
@@ -44,13 +41,7 @@ DETAIL_REFRESH_SECONDS = 10
 # Readings further apart than this (or than two buckets of a long window) mean the job
 # was not on the GPUs in between: minute rows come one a minute, heartbeats more often.
 GPU_USE_GAP = timedelta(minutes=3)
-LOG_STREAMS = ("stdout", "stderr")
 LOG_TAIL_LINES = 200
-# Enough bytes for 200 ordinary lines; a log of very long lines shows fewer.
-LOG_TAIL_BYTES = 64 * 1024
-# After a node fails to answer, the fragment says so from the cache for this long instead
-# of trying SSH again: each try can hold a web worker for the SSH timeout × attempts.
-LOG_UNREACHABLE_BACKOFF_SECONDS = 30
 
 
 # --------------------------------------------------------------------------- preemption notes
@@ -287,15 +278,6 @@ def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
     return figure_json(figure)
 
 
-@dataclass(frozen=True)
-class LogTail:
-    stream: str
-    text: str = ""
-    lines: int = 0
-    problem: str = ""  # said instead of the log when it cannot be shown
-    detail: str = ""  # the technical cause (addresses, host keys): shown to admins only
-
-
 @login_required
 @require_GET
 @never_cache
@@ -314,54 +296,11 @@ def job_logs_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
         "jobs/_logs.html",
         {
             "job": job,
-            "log": _log_tail(job=job, stream=stream),
+            "log": job_log_tail(job=job, stream=stream, max_lines=LOG_TAIL_LINES),
             "streams": LOG_STREAMS,
             "final": job.state in TERMINAL_STATES,
             "read_at": timezone.now(),
         },
-    )
-
-
-def _log_tail(*, job: Job, stream: str) -> LogTail:
-    """The last lines of the current attempt's `stream`, or why they cannot be shown.
-
-    Never raises for node trouble: a page must say "cannot reach the node", not fail.
-    """
-    if job.attempt == 0:
-        return LogTail(stream, problem="No logs yet: the job has not started.")
-    node = node_of_attempt(job_id=job.pk, attempt=job.attempt)
-    if node is not None and node.state == NodeState.DOWN:
-        return LogTail(stream, problem=f"Node {node.name} is down, so its logs cannot be read now.")
-    backoff_key = f"jobs:logs-unreachable:{job.pk}:{job.attempt}"
-    if (detail := cache.get(backoff_key)) is not None:
-        return _unreachable(stream, node, detail)
-    try:
-        text = agent_logs_tail(job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES)
-    except NotFound:
-        return LogTail(stream, problem="No logs yet: the job has not started.")
-    except (ApplicationError, OSError) as exc:
-        # NodeUnreachable, HostKeyRefused, no SSH key configured; OSError in case a
-        # network error ever slips past agents.ssh's wrapping.
-        detail = exc.message if isinstance(exc, ApplicationError) else str(exc)
-        logger.info("Log of job %s not readable: %s", job.pk, detail)
-        cache.set(backoff_key, detail, LOG_UNREACHABLE_BACKOFF_SECONDS)
-        return _unreachable(stream, node, detail)
-    if not text and node is not None and node.simulated:
-        # agents.simulated runs no process, so there is nothing to tail; say why.
-        return LogTail(stream, problem=f"{node.name} is a simulated (demo) node: no log output.")
-    lines = text.splitlines()
-    if len(text.encode()) >= LOG_TAIL_BYTES and len(lines) > 1:
-        lines = lines[1:]  # cut at a byte count: the first line is probably partial
-    lines = lines[-LOG_TAIL_LINES:]
-    return LogTail(stream, text="\n".join(lines), lines=len(lines))
-
-
-def _unreachable(stream: str, node: Node | None, detail: str) -> LogTail:
-    where = f"node {node.name}" if node is not None else "its node"
-    return LogTail(
-        stream,
-        problem=f"The log cannot be read from {where} right now.",
-        detail=detail,
     )
 
 

@@ -11,14 +11,12 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from config.errors import ValidationFailed
+from config.errors import NotFound, ValidationFailed
 from jobs.selectors import job_get_for_user
 
 from ..heartbeats import agent_heartbeat_record, node_agent_token_check
-from ..services import agent_logs_tail
+from ..logs import LOG_STREAMS, job_log_tail
 from .serializers import HeartbeatInput
-
-LOG_TAIL_BYTES = 64 * 1024
 
 
 class NodeAgentAuthentication(authentication.BaseAuthentication):
@@ -73,13 +71,21 @@ class AgentHeartbeatApi(APIView):
 
 class JobLogsApi(APIView):
     """The tail of the current attempt's stdout or stderr, read from the node (while it
-    runs, too). Students see their own jobs' logs; admins any."""
+    runs, too). Students see their own jobs' logs; admins any. When the node cannot be
+    read: 503 with what a student may know; admins also get the technical `cause`."""
 
-    @extend_schema(summary="Job logs (tail)", responses={200: dict})
+    @extend_schema(summary="Job logs (tail)", responses={200: dict, 404: dict, 503: dict})
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         stream = request.query_params.get("stream", "stdout")
-        if stream not in {"stdout", "stderr"}:
+        if stream not in LOG_STREAMS:
             raise ValidationFailed({"stream": ["Choose stdout or stderr."]})
-        text = agent_logs_tail(job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES)
-        return Response({"job": job.pk, "attempt": job.attempt, "stream": stream, "text": text})
+        log = job_log_tail(job=job, stream=stream)
+        if log.not_started:
+            raise NotFound(log.problem)
+        if log.unavailable:
+            body = {"detail": log.problem, "code": "logs_unavailable"}
+            if log.detail and request.user.is_lab_admin:
+                body["cause"] = log.detail
+            return Response(body, status=503)
+        return Response({"job": job.pk, "attempt": job.attempt, "stream": stream, "text": log.text})

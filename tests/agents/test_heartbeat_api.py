@@ -246,9 +246,7 @@ def test_a_node_cannot_take_over_a_gpu_another_node_is_using(node: Node) -> None
     response = post_gpus(node, [SimGpu(uuid="GPU-aa"), SimGpu(uuid="GPU-bb")])
 
     assert response.status_code == 409
-    assert "GPU GPU-bb is registered on node gpu-8 (up, allocated to a job)" in str(
-        response.json()
-    )
+    assert "GPU GPU-bb is registered on node gpu-8 (up, allocated to a job)" in str(response.json())
     assert in_service(other) == [(0, "GPU-bb")]
     assert in_service(node) == []  # the whole heartbeat was refused: nothing half-written
     assert job.allocations.get().device.node == other

@@ -174,7 +174,7 @@ def closed_port() -> int:
 @pytest.mark.django_db
 def test_the_page_itself_never_reads_the_log_the_fragment_does(owner, small_cluster):
     job = running(JobFactory(owner=owner), small_cluster[0])
-    with mock.patch("jobs.views.agent_logs_tail") as tail:
+    with mock.patch("agents.logs.agent_logs_tail") as tail:
         page = logged_in(owner).get(f"/jobs/{job.pk}/").content.decode()
     tail.assert_not_called()
     assert f'data-logs-url="/jobs/{job.pk}/logs/"' in page
@@ -185,7 +185,7 @@ def test_the_page_itself_never_reads_the_log_the_fragment_does(owner, small_clus
 def test_the_fragment_shows_the_last_200_lines_of_the_chosen_stream(owner, small_cluster):
     job = running(JobFactory(owner=owner), small_cluster[0])
     text = "".join(f"line {n} <b>\n" for n in range(1, 251))
-    with mock.patch("jobs.views.agent_logs_tail", return_value=text) as tail:
+    with mock.patch("agents.logs.agent_logs_tail", return_value=text) as tail:
         response = logged_in(owner).get(f"/jobs/{job.pk}/logs/", {"stream": "stderr"})
     body = response.content.decode()
     assert response.status_code == 200
@@ -227,12 +227,48 @@ def test_an_unreachable_node_gives_a_friendly_message_fast_and_is_not_retried_at
     assert response.status_code == 200 and elapsed < 5
     assert "The log cannot be read from node gone0 right now." in body
     assert "Cause:" not in body  # the SSH error (address, port) is for admins
-    with mock.patch("jobs.views.agent_logs_tail") as tail:
+    with mock.patch("agents.logs.agent_logs_tail") as tail:
         again = client.get(f"/jobs/{job.pk}/logs/", {"stream": "stderr"})
         admin_view = logged_in(lab_admin).get(f"/jobs/{job.pk}/logs/").content.decode()
     tail.assert_not_called()  # the failure is remembered for a while: no SSH pile-up
     assert "cannot be read from node gone0" in again.content.decode()
     assert "Cause: Node gone0 is unreachable over SSH" in admin_view
+
+
+@pytest.mark.django_db
+def test_the_logs_api_tells_a_student_the_node_is_unreachable_and_only_admins_why(
+    owner, lab_admin, api_as, ssh_client_key
+):
+    node = NodeFactory(name="gone1", address="127.0.0.1", ssh_port=closed_port())
+    job = running(JobFactory(owner=owner), DeviceFactory(node=node))
+    url = f"/api/v1/agents/jobs/{job.pk}/logs/"
+
+    student = api_as(owner).get(url)
+    with mock.patch("agents.logs.agent_logs_tail") as tail:
+        admin = api_as(lab_admin).get(url)
+    tail.assert_not_called()  # remembered: the API does not pile SSH tries up either
+
+    assert student.status_code == admin.status_code == 503
+    assert student.json() == {
+        "detail": "The log cannot be read from node gone1 right now.",
+        "code": "logs_unavailable",
+    }  # no address, port or key path for a student
+    assert admin.json()["cause"].startswith("Node gone1 is unreachable over SSH")
+
+
+@pytest.mark.django_db
+def test_the_logs_api_does_not_try_a_down_node_and_404s_before_the_first_start(
+    owner, small_cluster, api_as
+):
+    job = running(JobFactory(owner=owner), small_cluster[0])
+    Node.objects.filter(name="a0").update(state=NodeState.DOWN)
+    with mock.patch("agents.logs.agent_logs_tail") as tail:
+        down = api_as(owner).get(f"/api/v1/agents/jobs/{job.pk}/logs/")
+    tail.assert_not_called()
+    assert down.status_code == 503
+    assert down.json()["detail"] == "Node a0 is down, so its logs cannot be read now."
+    pending = JobFactory(owner=owner)
+    assert api_as(owner).get(f"/api/v1/agents/jobs/{pending.pk}/logs/").status_code == 404
 
 
 @pytest.mark.django_db
@@ -248,7 +284,7 @@ def test_no_ssh_key_configured_is_a_message_not_a_500(owner, small_cluster, sett
 def test_a_node_that_is_down_is_not_even_tried(owner, small_cluster):
     job = running(JobFactory(owner=owner), small_cluster[0])
     Node.objects.filter(name="a0").update(state=NodeState.DOWN)
-    with mock.patch("jobs.views.agent_logs_tail") as tail:
+    with mock.patch("agents.logs.agent_logs_tail") as tail:
         body = logged_in(owner).get(f"/jobs/{job.pk}/logs/").content.decode()
     tail.assert_not_called()
     assert "Node a0 is down, so its logs cannot be read now." in body
@@ -258,7 +294,7 @@ def test_a_node_that_is_down_is_not_even_tried(owner, small_cluster):
 def test_a_finished_jobs_fragment_tells_the_page_to_stop_polling(owner, small_cluster):
     job = running(JobFactory(owner=owner), small_cluster[0])
     job_cancel(job_id=job.pk, by=owner)
-    with mock.patch("jobs.views.agent_logs_tail", return_value="bye\n"):
+    with mock.patch("agents.logs.agent_logs_tail", return_value="bye\n"):
         body = logged_in(owner).get(f"/jobs/{job.pk}/logs/").content.decode()
     assert "data-log-final" in body and "bye" in body
 
@@ -267,7 +303,7 @@ def test_a_finished_jobs_fragment_tells_the_page_to_stop_polling(owner, small_cl
 @pytest.mark.parametrize("persona", ["teammate", "outsider"])
 def test_another_student_gets_404_for_the_log_fragment(persona, owner, small_cluster, request):
     job = running(JobFactory(owner=owner), small_cluster[0])
-    with mock.patch("jobs.views.agent_logs_tail") as tail:
+    with mock.patch("agents.logs.agent_logs_tail") as tail:
         response = logged_in(request.getfixturevalue(persona)).get(f"/jobs/{job.pk}/logs/")
     assert response.status_code == 404
     tail.assert_not_called()
@@ -276,7 +312,7 @@ def test_another_student_gets_404_for_the_log_fragment(persona, owner, small_clu
 @pytest.mark.django_db
 def test_an_admin_reads_any_jobs_log(owner, lab_admin, small_cluster):
     job = running(JobFactory(owner=owner), small_cluster[0])
-    with mock.patch("jobs.views.agent_logs_tail", return_value="hello\n"):
+    with mock.patch("agents.logs.agent_logs_tail", return_value="hello\n"):
         body = logged_in(lab_admin).get(f"/jobs/{job.pk}/logs/").content.decode()
     assert "hello" in body
 
@@ -462,7 +498,7 @@ def test_the_log_fragment_needs_a_bounded_number_of_queries(
     job = running(JobFactory(owner=owner), small_cluster[0])
     client = logged_in(owner)
     with (
-        mock.patch("jobs.views.agent_logs_tail", return_value="x\n"),
+        mock.patch("agents.logs.agent_logs_tail", return_value="x\n"),
         django_assert_max_num_queries(5),
     ):
         assert client.get(f"/jobs/{job.pk}/logs/").status_code == 200

@@ -1,0 +1,93 @@
+"""Reading a job's log tail for a person: the page's fragment and the REST API share it.
+
+A read, but over SSH: a node that does not answer can hold a web worker for the SSH
+timeout × connect attempts, so a failure is remembered for a short while instead of
+retried on every poll, and a DOWN node is not tried at all. What went wrong is said in
+two parts: `problem`, for everyone, and `detail` (addresses, key paths, host keys), for
+admins only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.core.cache import cache
+
+from cluster.choices import NodeState
+from cluster.models import Node
+from config.errors import ApplicationError, NotFound
+from jobs.models import Job
+
+from .selectors import node_of_attempt
+from .services import agent_logs_tail
+
+logger = logging.getLogger(__name__)
+
+LOG_STREAMS = ("stdout", "stderr")
+# Enough bytes for 200 ordinary lines; a log of very long lines shows fewer.
+LOG_TAIL_BYTES = 64 * 1024
+# After a node fails to answer, readers are told so from the cache for this long.
+LOG_UNREACHABLE_BACKOFF_SECONDS = 30
+NOT_STARTED = "No logs yet: the job has not started."
+
+
+@dataclass(frozen=True)
+class LogTail:
+    stream: str
+    text: str = ""
+    lines: int = 0
+    problem: str = ""  # said instead of the log when it cannot be shown
+    detail: str = ""  # the technical cause (addresses, host keys): shown to admins only
+    not_started: bool = False  # no attempt has run: there is no log anywhere
+    unavailable: bool = False  # there is one, but its node cannot be read now
+
+
+def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogTail:
+    """The last lines of the current attempt's `stream`, or why they cannot be shown.
+
+    Never raises for node trouble: callers say "cannot reach the node", not fail.
+    """
+    if job.attempt == 0:
+        return LogTail(stream, problem=NOT_STARTED, not_started=True)
+    node = node_of_attempt(job_id=job.pk, attempt=job.attempt)
+    if node is not None and node.state == NodeState.DOWN:
+        return LogTail(
+            stream,
+            problem=f"Node {node.name} is down, so its logs cannot be read now.",
+            unavailable=True,
+        )
+    backoff_key = f"jobs:logs-unreachable:{job.pk}:{job.attempt}"
+    if (detail := cache.get(backoff_key)) is not None:
+        return _unreachable(stream, node, detail)
+    try:
+        text = agent_logs_tail(job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES)
+    except NotFound:
+        return LogTail(stream, problem=NOT_STARTED, not_started=True)
+    except (ApplicationError, OSError) as exc:
+        # NodeUnreachable, HostKeyRefused, no SSH key configured; OSError in case a
+        # network error ever slips past agents.ssh's wrapping.
+        detail = exc.message if isinstance(exc, ApplicationError) else str(exc)
+        logger.info("Log of job %s not readable: %s", job.pk, detail)
+        cache.set(backoff_key, detail, LOG_UNREACHABLE_BACKOFF_SECONDS)
+        return _unreachable(stream, node, detail)
+    if not text and node is not None and node.simulated:
+        # agents.simulated runs no process, so there is nothing to tail; say why.
+        return LogTail(stream, problem=f"{node.name} is a simulated (demo) node: no log output.")
+    if max_lines is None:
+        return LogTail(stream, text=text, lines=len(text.splitlines()))
+    lines = text.splitlines()
+    if len(text.encode()) >= LOG_TAIL_BYTES and len(lines) > 1:
+        lines = lines[1:]  # cut at a byte count: the first line is probably partial
+    lines = lines[-max_lines:]
+    return LogTail(stream, text="\n".join(lines), lines=len(lines))
+
+
+def _unreachable(stream: str, node: Node | None, detail: str) -> LogTail:
+    where = f"node {node.name}" if node is not None else "its node"
+    return LogTail(
+        stream,
+        problem=f"The log cannot be read from {where} right now.",
+        detail=detail,
+        unavailable=True,
+    )
