@@ -109,7 +109,9 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
     # Capacity and GPU caps need a valid count and valid types; report them alongside
     # the other fields' errors so one round trip shows everything that is wrong.
     num_gpus = spec.num_gpus
-    single_node = spec.consolidation == Consolidation.REQUIRED
+    single_node = (
+        spec.consolidation == Consolidation.REQUIRED or not cluster_selectors.jobs_may_span_nodes()
+    )
     countable = not ({"num_gpus", "accepted_types", "consolidation"} & errors.keys())
     if countable and num_gpus > 0:
         most = cluster_selectors.max_gpus_grantable(
@@ -120,7 +122,10 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
             types = ", ".join(spec.accepted_types) or "any type"
             check(
                 "num_gpus",
-                [f"{num_gpus} GPUs can never be granted: at most {most} of {types} exist {where}."],
+                [
+                    f"{num_gpus} GPUs can never be granted: at most {most} of one type "
+                    f"({types}) exist {where}."
+                ],
             )
         for account, label in ((owner, f"user {owner.username}"), (group, f"group {group}")):
             if account is not None and account.max_gpus is not None and num_gpus > account.max_gpus:

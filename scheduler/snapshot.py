@@ -22,6 +22,7 @@ from accounts.models import DeviceTypeQuota, LabGroup, User
 from agents.selectors import JobProgram, argv_text, measured_rates
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, Node
+from cluster.selectors import jobs_may_span_nodes
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from scheduler.core.accounting import decay_usage
@@ -72,6 +73,7 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     now_s = now.timestamp()
     half_life = django_settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
 
+    may_span = jobs_may_span_nodes()  # one node per job wherever real nodes launch them
     device_rows = Device.objects.filter(kind=DeviceKind.GPU).values_list(
         "id", "node__name", "device_type__name", "device_type__speed"
     )
@@ -173,7 +175,9 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                 submit_time=row["submitted_at"].timestamp(),
                 phase=phase,
                 accepted_types=tuple(row["accepted_types"]),
-                consolidation=Consolidation(row["consolidation"]),
+                consolidation=(
+                    Consolidation(row["consolidation"]) if may_span else Consolidation.REQUIRED
+                ),
                 devices=device_ids,
                 attained_service=attained,
                 service_since_promotion=since_promotion,

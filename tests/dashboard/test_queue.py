@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from cluster.models import Node
 from dashboard.selectors.queue import reason_in_words
 from dashboard.services import aggregates_update
 from jobs.choices import JobState
@@ -205,6 +206,7 @@ def test_the_api_needs_authentication():
 
 @pytest.mark.django_db
 def test_a_real_round_fills_the_reason_and_position_the_queue_shows(owner, small_cluster):
+    Node.objects.update(simulated=True)  # a demo cluster: the 8-GPU job spans both a100 nodes
     job_submit(owner=owner, spec=JobSpec(image="busybox", command=["true"], num_gpus=8))
     job = job_submit(owner=owner, spec=JobSpec(image="busybox", command=["true"], num_gpus=4))
     scheduling_round_run()

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from cluster.models import Node
 from config.errors import ValidationFailed
 from jobs.choices import JobState
 from jobs.models import Job, JobEvent
@@ -112,18 +113,23 @@ def test_it_rejects_a_gpu_count_that_is_not_a_whole_number_from_zero(
 
 
 @pytest.mark.parametrize(
-    ("changes", "message"),
+    ("simulated", "changes", "message"),
     [
-        ({"num_gpus": 11}, "at most 10 of any type exist in the whole cluster"),
-        ({"num_gpus": 9, "accepted_types": ["a100"]}, "at most 8 of a100"),
-        ({"num_gpus": 3, "accepted_types": ["v100"]}, "at most 2 of v100"),
-        ({"num_gpus": 5, "consolidation": "required"}, "at most 4 of any type exist on one node"),
+        # Real nodes launch a job on one node, so every job must fit one node.
+        (False, {"num_gpus": 5}, "at most 4 of one type (any type) exist on one node"),
+        (False, {"num_gpus": 3, "accepted_types": ["v100"]}, "at most 2 of one type (v100)"),
+        # A demo cluster may spread a job over nodes, but never over device types: 8 a100s
+        # and 2 v100s give no job 10.
+        (True, {"num_gpus": 9}, "at most 8 of one type (any type) exist in the whole cluster"),
+        (True, {"num_gpus": 9, "accepted_types": ["a100"]}, "at most 8 of one type (a100)"),
+        (True, {"num_gpus": 5, "consolidation": "required"}, "at most 4 of one type (any type) "),
     ],
 )
 @pytest.mark.django_db
 def test_it_rejects_more_gpus_than_the_cluster_could_ever_give(
-    owner, small_cluster, changes, message
+    owner, small_cluster, simulated, changes, message
 ):
+    Node.objects.update(simulated=simulated)
     errors = reject(owner, **changes)
     assert message in errors["num_gpus"][0]
 

@@ -10,6 +10,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from agents.simulated import simulated_tick
+from cluster.models import Node
 from jobs.choices import JobState
 from jobs.models import Allocation, Job, JobEvent
 from jobs.services import JobSpec, job_cancel, job_submit
@@ -227,6 +228,24 @@ def test_the_snapshot_gives_a_pending_job_the_start_of_its_wait_and_a_running_jo
     assert views[pending.pk].pending_since == pytest.approx(time.time() - 900, abs=5)
     assert views[stale.pk].pending_since is None
     assert spell_start(views[stale.pk]) == pytest.approx(stale.submitted_at.timestamp())
+
+
+@pytest.mark.django_db
+def test_on_a_cluster_with_real_nodes_every_job_is_placed_on_one_node(owner, small_cluster):
+    # The SSH launcher starts a job on one node only: a job spread over two nodes would
+    # launch on the first and be found unknown (and requeued) on the second.
+    job = job_submit(
+        owner=owner,
+        spec=JobSpec(image="busybox", command=["true"], num_gpus=2, consolidation="any"),
+    )
+    Node.objects.update(simulated=True)
+    demo, _ = snapshot_build(now=timezone.now(), settings=SchedulerSettings())
+    Node.objects.filter(name="v0").update(simulated=False)
+    real, _ = snapshot_build(now=timezone.now(), settings=SchedulerSettings())
+
+    assert demo.job_by_id[job.pk].consolidation.value == "any"
+    assert real.job_by_id[job.pk].consolidation.value == "required"
+    assert job.consolidation == "any"  # what the user asked for is kept
 
 
 @pytest.mark.parametrize(
