@@ -178,10 +178,12 @@ def _accepts(job: Job, device_type: str) -> bool:
 
 
 def _type_speeds(devices: Sequence[Device]) -> dict[str, float]:
+    """Each type's speed, fastest first (ties by name): the order must not depend on the
+    order devices are listed in, since it is a job's default order of preference."""
     speeds: dict[str, float] = {}
     for device in devices:
         speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
-    return speeds
+    return {name: speeds[name] for name in sorted(speeds, key=lambda name: (-speeds[name], name))}
 
 
 def user_scores(snapshot: Snapshot) -> dict[str, float]:

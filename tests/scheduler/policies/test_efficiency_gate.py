@@ -342,3 +342,18 @@ def test_the_crowded_cases_do_evict() -> None:
     ]
     decisions = decide(snapshot(jobs, devs, placement=PlacementKind.ALLOX))
     assert preempted(decisions) == {102: 1}
+
+
+def test_type_speeds_list_types_fastest_first_whatever_order_the_devices_come_in() -> None:
+    # A job's default order of preference (and the held reason that names the types the
+    # gate leaves it) came from this dict's order, which followed the device list: the
+    # same cluster listed in another order gave another reason (found by hypothesis).
+    cluster = [
+        Device(0, "n0", "rtx3090", 0.5),
+        Device(1, "n1", "a100", 0.5),
+        Device(2, "n2", "a100", 2.0),
+        Device(3, "n3", "v100", 1.0),
+        Device(4, "n4", "k80", 0.5),
+    ]
+    for ordering in (cluster, cluster[::-1], cluster[1:] + cluster[:1]):
+        assert list(allox._type_speeds(ordering)) == ["a100", "v100", "k80", "rtx3090"]
