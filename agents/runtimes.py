@@ -222,16 +222,30 @@ def wrapped_status_script(run_dir: str) -> str:
     )
 
 
+def stop_marker_script(run_dir: str) -> str:
+    """Record on the node that a stop was sent; prints `first-stop` the first time only.
+
+    So a redelivered stop (the worker died after the signal) does not take the exit the
+    first stop caused for the program ending by itself.
+    """
+    d = shlex.quote(run_dir)
+    return (
+        f"mkdir -p {d} && if [ -e {d}/stop-sent ]; then echo again; "
+        f"else : > {d}/stop-sent && echo first-stop; fi"
+    )
+
+
 def wrapped_stop_script(run_dir: str, grace_seconds: int) -> str:
     """SIGTERM the attempt's process group, wait up to the grace period, then SIGKILL.
 
     Prints the status afterwards (as `wrapped_status_script`), preceded by `was-exited`
-    when the program had already ended before the signal was sent.
+    when the program had already ended before the first stop was sent.
     """
     d = shlex.quote(run_dir)
     grace = int(grace_seconds)
     return (
-        f"if [ -s {d}/exit_code ]; then echo was-exited; fi; "
+        f"if [ -s {d}/exit_code ] && [ ! -e {d}/stop-sent ]; then echo was-exited; fi; "
+        f": > {d}/stop-sent 2>/dev/null; "
         f'if [ -s {d}/pid ]; then p=$(cat {d}/pid); kill -TERM "-$p" 2>/dev/null; '
         f'i=0; while [ $i -lt {grace * 10} ] && kill -0 "-$p" 2>/dev/null; '
         "do sleep 0.1; i=$((i+1)); done; "

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 # Exit code recorded when an attempt's process group vanished without writing one
 # (SIGKILL from outside, the OOM killer, a reboot): 128 + SIGKILL, as a shell reports it.
 VANISHED_EXIT_CODE = 137
+RUNNING_ONLY = frozenset({JobState.RUNNING})
 
 
 # --------------------------------------------------------------------------- requests
@@ -174,16 +175,17 @@ def agent_launch_gave_up(*, job_id: int, attempt: int, reason: str) -> None:
     It is the node's fault, not the job's, so no retry is charged; the node leaves the
     pool (DOWN, with the reason) so the next round does not place the job there again.
     """
+    if not Job.objects.filter(pk=job_id, attempt=attempt, state=JobState.STARTING).exists():
+        # A stale delivery: another one launched it (or the job moved on), so the node
+        # answered after all. Taking it down now would requeue healthy jobs.
+        logger.info("Launch of job %s attempt %s gave up after it moved on.", job_id, attempt)
+        return
     node = node_of_attempt(job_id=job_id, attempt=attempt)
-    if node is not None:
-        # Back after its next heartbeat, once the return reconcile reaches it over SSH.
-        _node_set_state(
-            node_id=node.pk,
-            to_state=NodeState.DOWN,
-            reason=reason,
-            return_state=_return_state_for(node.state),
-        )
-    _lose_and_requeue(job_id=job_id, attempt=attempt, message=f"Launch failed: {reason}")
+    if node is None:
+        _lose_and_requeue(job_id=job_id, attempt=attempt, message=f"Launch failed: {reason}")
+        return
+    # Back after its next heartbeat, once the return reconcile reaches it over SSH.
+    _node_take_down(node=node, reason=reason, expected=[node.state])
 
 
 # --------------------------------------------------------------------------- stop, status
@@ -207,10 +209,15 @@ def _parse_status(output: str) -> AttemptStatus:
     return AttemptStatus("unknown", None, before)
 
 
-def _parse_docker_status(result_stdout: str, exit_status: int) -> AttemptStatus:
+def _parse_docker_status(result_stdout: str, exit_status: int, stderr: str = "") -> AttemptStatus:
     words = result_stdout.split()
-    if exit_status != 0 or len(words) != 2:
-        return AttemptStatus("unknown")
+    if exit_status != 0:
+        # Only "no such container" means the node does not know the attempt; any other
+        # failure (the daemon restarting, a full disk) says nothing about the job, and
+        # reading it as "unknown" would requeue every job on the node.
+        return AttemptStatus("unknown" if "no such" in stderr.lower() else "unreadable")
+    if len(words) != 2:
+        return AttemptStatus("unreadable")
     if words[0] in {"exited", "dead"} and words[1].lstrip("-").isdigit():
         return AttemptStatus("exited", int(words[1]))
     return AttemptStatus("running")
@@ -224,7 +231,7 @@ def _attempt_status(session: NodeSession, *, job_id: int, attempt: int) -> Attem
     if session.node.runtime == Runtime.DOCKER:
         argv = runtimes.docker_status_argv(runtimes.attempt_name(job_id, attempt))
         result = session.run(shlex.join(argv))
-        return _parse_docker_status(result.stdout, result.exit_status)
+        return _parse_docker_status(result.stdout, result.exit_status, result.stderr)
     result = session.run(runtimes.wrapped_status_script(_run_dir(job_id, attempt)))
     return _parse_status(result.stdout)
 
@@ -232,14 +239,20 @@ def _attempt_status(session: NodeSession, *, job_id: int, attempt: int) -> Attem
 def _stop_attempt(
     session: NodeSession, *, job_id: int, attempt: int, grace_seconds: int
 ) -> AttemptStatus:
-    """SIGTERM, up to `grace_seconds` to checkpoint, then SIGKILL; the status afterwards."""
+    """SIGTERM, up to `grace_seconds` to checkpoint, then SIGKILL; the status afterwards.
+
+    `exited_before_stop` only when no earlier stop was sent: a redelivered stop finds the
+    exit the first one caused, which is a preemption, not the program ending by itself.
+    """
     timeout = grace_seconds + session.timeout
     if session.node.runtime == Runtime.DOCKER:
         name = runtimes.attempt_name(job_id, attempt)
         before = _attempt_status(session, job_id=job_id, attempt=attempt)
+        marker = runtimes.stop_marker_script(_run_dir(job_id, attempt))
+        first_stop = "first-stop" in session.run(marker).stdout
         session.run(shlex.join(runtimes.docker_stop_argv(name, grace_seconds)), timeout=timeout)
         after = _attempt_status(session, job_id=job_id, attempt=attempt)
-        return AttemptStatus(after.state, after.exit_code, before.state == "exited")
+        return AttemptStatus(after.state, after.exit_code, first_stop and before.state == "exited")
     script = runtimes.wrapped_stop_script(_run_dir(job_id, attempt), grace_seconds)
     return _parse_status(session.run(script, timeout=timeout).stdout)
 
@@ -256,8 +269,12 @@ def agent_stop(*, job_id: int, attempt: int, grace_seconds: int) -> Job | None:
     if job is None:
         return None  # cancelled or already handled; the process is stopped either way
     if status.exited_before_stop and status.exit_code is not None:
-        return job_finish(job_id=job_id, exit_code=status.exit_code)
-    return job_requeue(job_id=job_id, message=f"Stopped on {node.name} after preemption; requeued.")
+        return job_finish(job_id=job_id, exit_code=status.exit_code, attempt=attempt)
+    return job_requeue(
+        job_id=job_id,
+        message=f"Stopped on {node.name} after preemption; requeued.",
+        attempt=attempt,
+    )
 
 
 def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
@@ -279,14 +296,24 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
                 continue  # STARTING: the launch task owns it; PREEMPTING: the stop task
             status = _attempt_status(session, job_id=live.job_id, attempt=live.attempt)
             try:
+                # Only a job still RUNNING at this attempt: a round may have preempted it
+                # since `expected` was read, and then its exit after SIGTERM is the stop
+                # task's to judge (a checkpointed exit 0 is not a success).
                 if status.state == "exited" and status.exit_code is not None:
-                    job_finish(job_id=live.job_id, exit_code=status.exit_code)
+                    job_finish(
+                        job_id=live.job_id,
+                        exit_code=status.exit_code,
+                        attempt=live.attempt,
+                        expected=RUNNING_ONLY,
+                    )
                     counts["finished"] += 1
                 elif status.state == "vanished":
                     job_finish(
                         job_id=live.job_id,
                         exit_code=VANISHED_EXIT_CODE,
                         message=f"The process on {node.name} was killed without an exit status.",
+                        attempt=live.attempt,
+                        expected=RUNNING_ONLY,
                     )
                     counts["finished"] += 1
                 elif status.state == "unknown":
@@ -296,6 +323,11 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
                         message=f"Node {node.name} does not know this attempt.",
                     )
                     counts["lost"] += 1
+                elif status.state == "unreadable":
+                    logger.warning(
+                        "Status of job %s attempt %s on %s could not be read; left alone.",
+                        live.job_id, live.attempt, node.name,
+                    )  # fmt: skip
             except ApplicationError as exc:
                 logger.info("Poll left job %s alone: %s", live.job_id, exc)
         counts["stopped"] = len(_stop_stale(session, keep=expected, grace_seconds=grace_seconds))
@@ -449,13 +481,54 @@ def _lose_and_requeue(*, job_id: int, attempt: int, message: str) -> None:
     if job is None:
         return
     try:
-        if job.state in {JobState.STARTING, JobState.RUNNING}:
-            job_mark_lost(job_id=job_id, message=message)
-            job_requeue(job_id=job_id, message=f"{message} Requeued.")
-        elif job.state == JobState.PREEMPTING:
-            job_requeue(job_id=job_id, message=f"{message} Requeued.")
+        # One transaction: a crash between LOST and PENDING would leave the job LOST, a
+        # state no round, poll or sweep reads (the sweep requeues any it finds anyway).
+        with transaction.atomic():
+            if job.state in {JobState.STARTING, JobState.RUNNING}:
+                job_mark_lost(job_id=job_id, message=message, attempt=attempt)
+                job_requeue(job_id=job_id, message=f"{message} Requeued.", attempt=attempt)
+            elif job.state == JobState.PREEMPTING:
+                job_requeue(job_id=job_id, message=f"{message} Requeued.", attempt=attempt)
     except ApplicationError as exc:  # moved on meanwhile
         logger.info("Job %s left alone: %s", job_id, exc)
+
+
+def _node_take_down(*, node: Node, reason: str, expected: list[str]) -> bool:
+    """DOWN, and every live attempt there LOST and requeued (not charged as a retry).
+
+    The one way a node goes DOWN, so that no path leaves its jobs RUNNING on a node
+    nothing polls any more. False when the node was no longer in `expected`.
+    """
+    if not _node_set_state(
+        node_id=node.pk,
+        to_state=NodeState.DOWN,
+        reason=reason,
+        expected=expected,
+        return_state=_return_state_for(node.state),
+    ):
+        return False
+    cause = reason[:1].lower() + reason[1:].rstrip(".")
+    for live in live_attempts_on_node(node_id=node.pk):
+        _lose_and_requeue(
+            job_id=live.job_id,
+            attempt=live.attempt,
+            message=f"Node {node.name} went down ({cause}).",
+        )
+    return True
+
+
+def jobs_lost_requeue() -> list[int]:
+    """Requeue jobs left LOST (a worker died between LOST and PENDING before both were
+    one transaction, or any future path that stops at LOST). Returns their ids."""
+    requeued = []
+    for job_id in Job.objects.filter(state=JobState.LOST).values_list("pk", flat=True):
+        try:
+            job_requeue(job_id=job_id, message="Requeued: it was left lost.")
+        except ApplicationError as exc:
+            logger.info("Lost job %s left alone: %s", job_id, exc)
+            continue
+        requeued.append(job_id)
+    return requeued
 
 
 def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, list[str]]:
@@ -486,22 +559,11 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, list[str]]:
     silent = real.filter(last_heartbeat_at__lt=down_before).exclude(state=NodeState.DOWN)
     for node in silent:
         seconds = int((now - node.last_heartbeat_at).total_seconds())
-        reason = f"No heartbeat for {seconds} s."
-        if not _node_set_state(
-            node_id=node.pk,
-            to_state=NodeState.DOWN,
-            reason=reason,
-            expected=[node.state],
-            return_state=_return_state_for(node.state),
+        if _node_take_down(
+            node=node, reason=f"No heartbeat for {seconds} s.", expected=[node.state]
         ):
-            continue
-        moved["down"].append(node.name)
-        for live in live_attempts_on_node(node_id=node.pk):
-            _lose_and_requeue(
-                job_id=live.job_id,
-                attempt=live.attempt,
-                message=f"Node {node.name} went down ({reason.lower()[:-1]}).",
-            )
+            moved["down"].append(node.name)
+    jobs_lost_requeue()
     return moved
 
 

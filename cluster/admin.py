@@ -24,6 +24,9 @@ class NodeAdmin(admin.ModelAdmin):
     ]
     list_filter = ["state", "runtime", "simulated"]
     search_fields = ["name", "address"]
+    # State changes go through the drain/undrain actions and the liveness services, which
+    # requeue or protect the node's jobs; an edited state would strand them.
+    readonly_fields = ["state", "state_reason", "return_state", "last_heartbeat_at"]
     inlines = [DeviceInline]
     actions = ["drain", "undrain"]
 

@@ -228,12 +228,15 @@ def job_transition(
     actor_user: User | None = None,
     message: str = "",
     expected: frozenset[JobState] | None = None,
+    at_attempt: int | None = None,
     **updates: Any,
 ) -> Job:
     """Move one job to `to_state` if the state machine allows it from where it is now.
 
     1. Read the current state; refuse a transition the table does not allow (or one
-       outside `expected`, when the caller needs a specific source state).
+       outside `expected`, when the caller needs a specific source state; or, with
+       `at_attempt`, when the job is on another attempt: a report about attempt 3 must
+       not end attempt 4).
     2. Fold the time that just ended into the job's accounting (see `_accounting_updates`).
     3. UPDATE ... WHERE state = <the state just read>: if another worker changed the job
        in between, no row matches and this call raises instead of overwriting.
@@ -243,11 +246,16 @@ def job_transition(
     """
     with transaction.atomic():
         row = Job.objects.filter(pk=job_id).values(
-            "state", "pending_since", "owner_id", "group_id", "executed_since_promotion"
+            "state", "attempt", "pending_since", "owner_id", "group_id", "executed_since_promotion"
         )
         current = row.first()
         if current is None:
             raise NotFound(f"Job {job_id} does not exist.")
+        if at_attempt is not None and current["attempt"] != at_attempt:
+            raise IllegalTransition(
+                f"Job {job_id} is on attempt {current['attempt']}, not {at_attempt}; "
+                f"{to_state.label} not applied."
+            )
         from_state = JobState(current["state"])
         if to_state not in TRANSITIONS[from_state] or (
             expected is not None and from_state not in expected
@@ -261,9 +269,9 @@ def job_transition(
         service, accounting = _accounting_updates(
             job_id=job_id, from_state=from_state, to_state=to_state, current=current, now=now
         )
-        changed = Job.objects.filter(pk=job_id, state=from_state).update(
-            state=to_state, updated_at=now, **accounting, **updates
-        )
+        changed = Job.objects.filter(
+            pk=job_id, state=from_state, attempt=current["attempt"]
+        ).update(state=to_state, updated_at=now, **accounting, **updates)
         if changed != 1:
             raise IllegalTransition(
                 f"Job {job_id} changed state concurrently; {to_state.label} not applied."
@@ -410,15 +418,27 @@ def retry_backoff_seconds(retry: int) -> int:
     return min(RETRY_BACKOFF_BASE_SECONDS * 2 ** (retry - 1), RETRY_BACKOFF_MAX_SECONDS)
 
 
-def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
-    """RUNNING or PREEMPTING → SUCCEEDED (exit 0) or FAILED (anything else).
+FINISHABLE_STATES = frozenset({JobState.RUNNING, JobState.PREEMPTING})
+
+
+def job_finish(
+    *,
+    job_id: int,
+    exit_code: int,
+    message: str = "",
+    attempt: int | None = None,
+    expected: frozenset[JobState] = FINISHABLE_STATES,
+) -> Job:
+    """RUNNING or PREEMPTING (or only `expected`) → SUCCEEDED (exit 0) or FAILED.
 
     A failed attempt of a job with retries left goes back to PENDING instead (see
-    `_retry_failed_attempt`).
+    `_retry_failed_attempt`). With `attempt`, only that attempt is finished.
     """
     succeeded = exit_code == 0
     if not succeeded:
-        retried = _retry_failed_attempt(job_id=job_id, exit_code=exit_code, message=message)
+        retried = _retry_failed_attempt(
+            job_id=job_id, exit_code=exit_code, message=message, attempt=attempt, expected=expected
+        )
         if retried is not None:
             return retried
     finished = job_transition(
@@ -426,7 +446,8 @@ def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
         to_state=JobState.SUCCEEDED if succeeded else JobState.FAILED,
         actor=EventActor.AGENT,
         message=message or f"Exited with code {exit_code}.",
-        expected=frozenset({JobState.RUNNING, JobState.PREEMPTING}),
+        expected=expected,
+        at_attempt=attempt,
         exit_code=exit_code,
         reason="" if succeeded else f"Exited with code {exit_code}.",
     )
@@ -434,7 +455,14 @@ def job_finish(*, job_id: int, exit_code: int, message: str = "") -> Job:
     return finished
 
 
-def _retry_failed_attempt(*, job_id: int, exit_code: int, message: str) -> Job | None:
+def _retry_failed_attempt(
+    *,
+    job_id: int,
+    exit_code: int,
+    message: str,
+    attempt: int | None = None,
+    expected: frozenset[JobState] = FINISHABLE_STATES,
+) -> Job | None:
     """RUNNING or PREEMPTING → PENDING when the job has retries left; else None.
 
     The retry waits `retry_backoff_seconds` (the snapshot leaves it out until then), keeps
@@ -459,7 +487,7 @@ def _retry_failed_attempt(*, job_id: int, exit_code: int, message: str) -> Job |
     if _walltime_exceeded(row, now=timezone.now()) is not None:
         return None  # a retry would have no time left to run
     state = JobState(row["state"])
-    if state not in {JobState.RUNNING, JobState.PREEMPTING}:
+    if state not in expected:
         return None
     retry = row["retries_used"] + 1
     backoff = retry_backoff_seconds(retry)
@@ -473,6 +501,7 @@ def _retry_failed_attempt(*, job_id: int, exit_code: int, message: str) -> Job |
         message=f"{exited} Requeued: {note}.",
         # Pinned to the state read above, so the retry count matches the attempt that failed.
         expected=frozenset({state}),
+        at_attempt=attempt,
         exit_code=exit_code,
         retries_used=F("retries_used") + 1,
         retry_not_before=not_before,
@@ -507,7 +536,7 @@ def job_preempt(*, job_id: int, reason: str, by_job_id: int | None = None) -> Jo
     )
 
 
-def job_requeue(*, job_id: int, message: str) -> Job:
+def job_requeue(*, job_id: int, message: str, attempt: int | None = None) -> Job:
     """PREEMPTING or LOST → PENDING, back in the queue with its attained service kept.
 
     A job that has used up its walltime meanwhile becomes FAILED instead.
@@ -523,7 +552,9 @@ def job_requeue(*, job_id: int, message: str) -> Job:
     timed_out = _walltime_exceeded(row, now=timezone.now())
     if timed_out is not None:
         # Requeued, it would only be started to be timed out by the next round.
-        failed = job_fail(job_id=job_id, message=timed_out, expected=frozenset({current}))
+        failed = job_fail(
+            job_id=job_id, message=timed_out, expected=frozenset({current}), attempt=attempt
+        )
         round_request_on_commit()  # a PREEMPTING job's devices are free now
         return failed
     extra: dict[str, Any] = {}
@@ -536,6 +567,7 @@ def job_requeue(*, job_id: int, message: str) -> Job:
         message=message,
         # Pinned to the state read above, so the preemption count matches the source.
         expected=frozenset({current}),
+        at_attempt=attempt,
         reason=message,
         started_at=None,
         **extra,
@@ -544,13 +576,14 @@ def job_requeue(*, job_id: int, message: str) -> Job:
     return requeued
 
 
-def job_mark_lost(*, job_id: int, message: str) -> Job:
+def job_mark_lost(*, job_id: int, message: str, attempt: int | None = None) -> Job:
     """STARTING or RUNNING → LOST: its node stopped answering."""
     return job_transition(
         job_id=job_id,
         to_state=JobState.LOST,
         actor=EventActor.SYSTEM,
         message=message,
+        at_attempt=attempt,
         reason=message,
     )
 
@@ -609,7 +642,13 @@ def _clock(seconds: float) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-def job_fail(*, job_id: int, message: str, expected: frozenset[JobState] | None = None) -> Job:
+def job_fail(
+    *,
+    job_id: int,
+    message: str,
+    expected: frozenset[JobState] | None = None,
+    attempt: int | None = None,
+) -> Job:
     """→ FAILED by the system (e.g. a used-up walltime), from `expected` states if given."""
     return job_transition(
         job_id=job_id,
@@ -617,5 +656,6 @@ def job_fail(*, job_id: int, message: str, expected: frozenset[JobState] | None 
         actor=EventActor.SYSTEM,
         message=message,
         expected=expected,
+        at_attempt=attempt,
         reason=message,
     )

@@ -8,14 +8,20 @@ from typing import Any
 import pytest
 
 from agents import tasks
-from agents.services import agent_launch_gave_up, agent_launch_request, agent_stop_request
+from agents.services import (
+    agent_launch_gave_up,
+    agent_launch_request,
+    agent_stop_request,
+    node_liveness_sweep,
+)
 from cluster.choices import NodeState
 from cluster.models import Node
 from config.celery_app import app
 from jobs.choices import JobState
-from jobs.models import Job
+from jobs.models import Allocation, Job
+from jobs.services import job_mark_lost, job_mark_running, job_preempt, job_start
 from tests.agents.conftest import started_job
-from tests.factories import DeviceFactory, NodeFactory
+from tests.factories import DeviceFactory, JobFactory, NodeFactory
 
 
 @pytest.fixture
@@ -63,6 +69,53 @@ def test_a_launch_that_cannot_reach_the_node_requeues_the_job_and_takes_the_node
     assert (real_node.state, real_node.state_reason) == (
         NodeState.DOWN, "Node real-0 is unreachable over SSH.",
     )  # fmt: skip
+
+
+def test_a_node_taken_down_by_a_failed_launch_requeues_its_other_jobs_too(real_node: Node) -> None:
+    # Nothing polls a DOWN node, so a job left RUNNING (or PREEMPTING) there would stay so
+    # for ever, holding its GPUs.
+    devices = [real_node.devices.get()] + [
+        DeviceFactory(node=real_node, index=i, uuid=f"GPU-real-{i}") for i in (1, 2)
+    ]
+    jobs = [JobFactory() for _ in devices]
+    for job, device in zip(jobs, devices, strict=True):
+        job_start(job_id=job.pk, device_ids=[device.pk])
+    launching, running, stopping = jobs
+    job_mark_running(job_id=running.pk)
+    job_mark_running(job_id=stopping.pk)
+    job_preempt(job_id=stopping.pk, reason="test")
+
+    agent_launch_gave_up(job_id=launching.pk, attempt=1, reason="Host key refused.")
+
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.PENDING}
+    assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+    assert Job.objects.get(pk=running.pk).reason == (
+        "Node real-0 went down (host key refused). Requeued."
+    )
+    assert Job.objects.get(pk=running.pk).retries_used == 0
+
+
+def test_a_stale_launch_delivery_that_gives_up_leaves_the_running_job_and_node_alone(
+    real_node: Node,
+) -> None:
+    job = started_job(real_node, command=["true"])
+    job_mark_running(job_id=job.pk)  # the other delivery reached the node and launched it
+
+    agent_launch_gave_up(job_id=job.pk, attempt=1, reason="Node real-0 is unreachable over SSH.")
+
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    real_node.refresh_from_db()
+    assert real_node.state == NodeState.UP
+
+
+def test_a_job_left_lost_is_requeued_by_the_next_sweep(real_node: Node) -> None:
+    job = started_job(real_node, command=["true"])
+    job_mark_lost(job_id=job.pk, message="test: the worker died before the requeue")
+
+    node_liveness_sweep()
+
+    job.refresh_from_db()
+    assert (job.state, job.retries_used) == (JobState.PENDING, 0)
 
 
 def test_every_periodic_agent_task_is_declared_and_registered() -> None:

@@ -79,3 +79,13 @@ def test_the_admin_says_which_nodes_it_could_not_drain(client, lab_admin: User) 
         "1 node(s) left as they were: only up or suspect nodes can be.",
     ]
     assert Node.objects.get(pk=down.pk).state == NodeState.DOWN
+
+
+def test_the_admin_form_cannot_set_a_nodes_state(client, lab_admin: User) -> None:  # type: ignore[no-untyped-def]
+    # A state typed into the form would bypass the services that requeue or protect the
+    # node's jobs (a hand-set DOWN used to strand its RUNNING jobs for good).
+    client.force_login(lab_admin)
+    node = _node()
+    page = client.get(reverse("admin:cluster_node_change", args=[node.pk])).content.decode()
+    assert 'name="state"' not in page
+    assert 'name="return_state"' not in page

@@ -22,6 +22,7 @@ from agents.runtimes import (
     wrapped_launch_script,
     wrapped_program,
 )
+from agents.services import _parse_docker_status
 
 
 def spec(**changes: object) -> LaunchSpec:
@@ -185,3 +186,23 @@ def test_docker_refuses_specs_that_could_smuggle_flags(changes: dict, message: s
 )
 def test_attempt_names_parse_back_to_job_and_attempt(name: str, parsed: object) -> None:
     assert parse_attempt_name(name) == parsed
+
+
+@pytest.mark.parametrize(
+    ("stdout", "exit_status", "stderr", "state", "exit_code"),
+    [
+        ("running 0", 0, "", "running", None),
+        ("exited 3", 0, "", "exited", 3),
+        ("dead 137", 0, "", "exited", 137),
+        ("", 1, "Error: No such object: gpulab-7-1", "unknown", None),
+        # The daemon restarting says nothing about the job: requeueing on it would send
+        # every job of the node back to the queue while its container still runs.
+        ("", 1, "Cannot connect to the Docker daemon. Is it running?", "unreadable", None),
+        ("garbage", 0, "", "unreadable", None),
+    ],
+)  # fmt: skip
+def test_docker_status_is_unknown_only_when_docker_has_no_such_container(
+    stdout: str, exit_status: int, stderr: str, state: str, exit_code: int | None
+) -> None:
+    status = _parse_docker_status(stdout, exit_status, stderr)
+    assert (status.state, status.exit_code) == (state, exit_code)

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from agents.services import agent_launch, agent_logs_tail, agent_node_poll, agent_stop
+from agents.selectors import live_attempts_on_node
+from agents.services import (
+    _stop_attempt,
+    agent_launch,
+    agent_logs_tail,
+    agent_node_poll,
+    agent_stop,
+)
+from agents.ssh import node_ssh
 from cluster.models import Node
 from jobs.choices import JobState
 from jobs.models import Job
@@ -195,3 +203,51 @@ def test_launching_the_same_attempt_twice_starts_it_once(
     assert again is not None and again.state == JobState.RUNNING
     assert (ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text() == pid
     wait_for(lambda: agent_logs_tail(job_id=job.pk) == "once\n")
+
+
+CHECKPOINTING = [
+    "sh", "-c", "trap 'echo checkpointed; exit 0' TERM; echo ready; while :; do sleep 0.1; done"
+]  # fmt: skip
+
+
+def test_a_redelivered_stop_requeues_the_job_instead_of_calling_its_exit_a_success(
+    ssh_node: Node,
+) -> None:
+    # The first stop task signalled the program (which checkpointed and exited 0), then
+    # its worker died before recording the requeue; Celery delivers the stop again.
+    job = started_job(ssh_node, command=CHECKPOINTING)
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    job_preempt(job_id=job.pk, reason="test")
+    with node_ssh(ssh_node) as session:
+        first = _stop_attempt(session, job_id=job.pk, attempt=job.attempt, grace_seconds=5)
+    assert (first.state, first.exit_code, first.exited_before_stop) == ("exited", 0, False)
+
+    again = agent_stop(job_id=job.pk, attempt=job.attempt, grace_seconds=5)
+
+    assert again is not None and again.state == JobState.PENDING
+    assert again.exit_code is None
+
+
+def test_a_poll_that_read_a_job_as_running_leaves_it_to_the_stop_once_it_is_preempted(
+    ssh_node: Node, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    job = started_job(ssh_node, command=CHECKPOINTING)
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    read_before_the_round = live_attempts_on_node(node_id=ssh_node.pk)
+    assert [live.state for live in read_before_the_round] == [JobState.RUNNING]
+    # A round preempts it and the stop's SIGTERM ends it, between the poll's read and its
+    # status check.
+    job_preempt(job_id=job.pk, reason="test")
+    with node_ssh(ssh_node) as session:
+        _stop_attempt(session, job_id=job.pk, attempt=job.attempt, grace_seconds=5)
+    monkeypatch.setattr(
+        "agents.services.live_attempts_on_node", lambda node_id: read_before_the_round
+    )
+
+    agent_node_poll(node_id=ssh_node.pk)
+
+    assert Job.objects.get(pk=job.pk).state == JobState.PREEMPTING  # not SUCCEEDED
+    requeued = agent_stop(job_id=job.pk, attempt=job.attempt, grace_seconds=5)
+    assert requeued is not None and requeued.state == JobState.PENDING
