@@ -30,6 +30,7 @@ from cluster.services import node_drain
 from config.errors import Conflict, NotFound
 from jobs.models import Allocation
 
+from .api.serializers import PG_INT_MAX
 from .models import (
     GpuMinute,
     GpuSample,
@@ -271,7 +272,7 @@ def _job_samples(
                 device=device,
                 at=now,
                 utilization_pct=gpu["utilization_pct"],
-                memory_used_mb=memory[holder],
+                memory_used_mb=min(memory[holder], PG_INT_MAX),  # many processes' sum
             )
         )
     return samples

@@ -8,27 +8,35 @@ from rest_framework import serializers
 
 MAX_GPUS = 64
 MAX_PROCESSES = 256
+# PostgreSQL's integer: memory, counters and ids past it were a 500 (DataError).
+PG_INT_MAX = 2**31 - 1
 
 
 class ProcessInput(serializers.Serializer):
-    pid = serializers.IntegerField(min_value=0)
-    used_memory_mb = serializers.IntegerField(min_value=0)
-    job_id = serializers.IntegerField(min_value=1, allow_null=True, required=False, default=None)
-    attempt = serializers.IntegerField(min_value=1, allow_null=True, required=False, default=None)
+    pid = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX)
+    used_memory_mb = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX)
+    job_id = serializers.IntegerField(
+        min_value=1, max_value=PG_INT_MAX, allow_null=True, required=False, default=None
+    )
+    attempt = serializers.IntegerField(
+        min_value=1, max_value=PG_INT_MAX, allow_null=True, required=False, default=None
+    )
 
 
 class GpuInput(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=MAX_GPUS - 1)
     uuid = serializers.RegexField(r"^[A-Za-z0-9-]{1,64}$")
     name = serializers.CharField(max_length=128)
-    memory_total_mb = serializers.IntegerField(min_value=0)
-    memory_used_mb = serializers.IntegerField(min_value=0)
+    memory_total_mb = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX)
+    memory_used_mb = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX)
     utilization_pct = serializers.IntegerField(min_value=0, max_value=100, allow_null=True)
     temperature_c = serializers.IntegerField(min_value=-50, max_value=200, allow_null=True)
     power_w = serializers.FloatField(min_value=0, max_value=5000, allow_null=True)
-    ecc_uncorrected = serializers.IntegerField(min_value=0, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX, allow_null=True)
     xid_errors = serializers.ListField(
-        child=serializers.IntegerField(min_value=0), max_length=1000, default=list
+        child=serializers.IntegerField(min_value=0, max_value=PG_INT_MAX),
+        max_length=1000,
+        default=list,
     )
     processes = serializers.ListField(child=ProcessInput(), max_length=MAX_PROCESSES)
 
@@ -36,8 +44,8 @@ class GpuInput(serializers.Serializer):
 class JobProgressInput(serializers.Serializer):
     """A job's own count of work done (`$GPULAB_PROGRESS_FILE`), read by the agent."""
 
-    job_id = serializers.IntegerField(min_value=1)
-    attempt = serializers.IntegerField(min_value=1)
+    job_id = serializers.IntegerField(min_value=1, max_value=PG_INT_MAX)
+    attempt = serializers.IntegerField(min_value=1, max_value=PG_INT_MAX)
     progress = serializers.FloatField(min_value=0, max_value=1e18)
 
     def validate_progress(self, value: float) -> float:

@@ -186,6 +186,10 @@ def test_an_admin_revokes_a_token_in_the_admin_and_a_student_cannot(
         (lambda p: p["gpus"][0].update(uuid="GPU-a; rm -rf /"), "gpus"),
         (lambda p: p["gpus"].append(dict(p["gpus"][0])), "gpus"),
         (lambda p: p.pop("driver_version"), "driver_version"),
+        # Past PostgreSQL's integer: these were a 500 (DataError) before.
+        (lambda p: p["gpus"][0].update(memory_total_mb=2**31), "gpus"),
+        (lambda p: p["gpus"][0].update(ecc_uncorrected=10**30), "gpus"),
+        (lambda p: p["jobs"].append({"job_id": 2**40, "attempt": 1, "progress": 1}), "jobs"),
     ],
 )
 def test_a_malformed_heartbeat_is_refused_naming_the_field(
@@ -285,3 +289,20 @@ def test_a_gpu_still_allocated_to_a_job_is_not_replaced(node: Node) -> None:
     assert response.status_code == 409
     assert "GPU-aa in that slot is still allocated to a job" in str(response.json())
     assert in_service(node) == [(0, "GPU-aa")]
+
+
+def test_the_memory_of_many_processes_of_one_job_is_capped_not_a_500(node: Node) -> None:
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-aa", utilization_pct=90)])
+    beat(node, nvml)
+    job = started_job(node, command=["python", "train.py"])
+    job_mark_running(job_id=job.pk)
+    big = (2**31 - 1) * MIB
+    nvml.gpus[0].processes = [
+        SimProcess(pid=1, usedGpuMemory=big),
+        SimProcess(pid=2, usedGpuMemory=big),
+    ]
+    owners = {1: (job.pk, job.attempt), 2: (job.pk, job.attempt)}
+
+    assert beat(node, nvml, job_of=owners.get) == 1
+
+    assert JobGpuSample.objects.get().memory_used_mb == 2**31 - 1

@@ -1,0 +1,89 @@
+"""Text PostgreSQL cannot store is refused at the door, naming where it was.
+
+PostgreSQL rejects a NUL character in text (and psycopg2 cannot encode a lone UTF-16
+surrogate, which JSON's "\\ud800" escape decodes to): reaching a query, either was a 500.
+Every request's query and form parameters and every API JSON body are checked once here,
+so no view has to remember to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be stored, or None."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode text (a lone surrogate)"
+    return None
+
+
+def _problems(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        if (problem := text_problem(value)) is not None:
+            yield path, problem
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and (problem := text_problem(key)) is not None:
+                yield path or "(body)", f"has a key that {problem}"
+            else:
+                yield from _problems(item, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _problems(item, f"{path}[{index}]" if path else f"[{index}]")
+
+
+class StoredTextJSONParser(JSONParser):
+    """DRF's JSON parser, refusing strings PostgreSQL cannot store (400 naming the field)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):  # type: ignore[no-untyped-def]
+        data = super().parse(stream, media_type, parser_context)
+        found = list(_problems(data, ""))
+        if found:
+            errors: dict[str, list[str]] = {}
+            for path, problem in found:
+                errors.setdefault(path.split(".")[0].split("[")[0] or path, []).append(
+                    f"{path} {problem}."
+                )
+            raise ParseError(errors)
+        return data
+
+
+class RejectUnstorableParameters:
+    """400 for a query or form parameter holding a NUL character, before any view runs."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        sources = [request.GET, request.POST] if _is_form(request) else [request.GET]
+        for source in sources:
+            for name, values in source.lists():
+                for text in (name, *values):
+                    if (problem := text_problem(text)) is not None:
+                        label = _printable(name)
+                        message = f"Parameter {label!r} {problem}."
+                        return JsonResponse({label: [message]}, status=400)
+        return self.get_response(request)
+
+
+def _is_form(request: HttpRequest) -> bool:
+    content_type = request.content_type or ""
+    return request.method == "POST" and content_type in (
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    )
+
+
+def _printable(name: str) -> str:
+    return name.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")

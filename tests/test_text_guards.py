@@ -1,0 +1,59 @@
+"""Text PostgreSQL cannot store (NUL, lone surrogates) is a 400 naming where, never a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accounts.models import ApiToken
+from jobs.models import Job
+from tests.dashboard.helpers import logged_in
+
+GOOD = {"image": "busybox", "command": ["python", "train.py"], "num_gpus": 1}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"command": ["python", "\ud800"]}, "command", "command[1] is not valid Unicode text"),
+        ({"env": {"A": "\ud800"}}, "env", "env.A is not valid Unicode text"),
+        ({"accepted_types": ["\ud800"]}, "accepted_types", "accepted_types[0] is not valid"),
+        ({"name": "a\x00b"}, "name", "name contains a NUL character"),
+        ({"group": "\x00"}, "group", "group contains a NUL character"),
+    ],
+)
+@pytest.mark.django_db
+def test_a_submission_with_unstorable_text_is_refused_naming_the_field(
+    owner, small_cluster, api_as, changes, field, message
+):
+    # json.dumps escapes both as \ud800 / \u0000, as a client would send them.
+    body = json.dumps({**GOOD, **changes})
+    response = api_as(owner).post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert message in response.json()[field][0]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [
+        ("/api/v1/jobs/?owner=%00", "owner"),
+        ("/api/v1/jobs/?group=%00", "group"),
+        ("/jobs/?owner=%00", "owner"),
+        ("/manage/quotas/?q=a%00", "q"),
+    ],
+)
+@pytest.mark.django_db
+def test_a_query_parameter_with_a_nul_is_a_400_naming_it(lab_admin, path, parameter):
+    response = logged_in(lab_admin).get(path)
+    assert response.status_code == 400
+    assert response.json() == {parameter: [f"Parameter {parameter!r} contains a NUL character."]}
+
+
+@pytest.mark.django_db
+def test_a_form_field_with_a_nul_is_a_400_and_creates_nothing(owner):
+    response = logged_in(owner).post("/account/tokens/", {"name": "a\x00b"})
+    assert response.status_code == 400
+    assert "name" in response.json()
+    assert not ApiToken.objects.exists()
