@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .models import ApiToken, AuditEntry, DeviceTypeQuota, LabGroup, User
+from .services import api_token_revoke
 
 
 class DeviceTypeQuotaInline(admin.TabularInline):
@@ -64,10 +66,24 @@ class LabGroupAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are made by their owners (/account/tokens/), where the key is shown once;
+    here an admin looks and revokes. Adding one here stored a token without a key, and
+    moving one to another user or clearing its revocation left no trace."""
+
     list_display = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "name", "prefix"]
-    readonly_fields = ["digest", "prefix", "created_at", "last_used_at"]
+    readonly_fields = ["user", "digest", "prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke: the token stops working at once")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset.select_related("user"):
+            api_token_revoke(user=token.user, token_id=token.pk)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
 
 @admin.register(AuditEntry)

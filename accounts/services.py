@@ -125,6 +125,10 @@ def audit_entries_write(
     )
 
 
+WEIGHT_MIN = 0.001
+WEIGHT_MAX = 1_000_000.0
+
+
 def _quota_values_validate(changes: Mapping[str, Any]) -> dict[str, Any]:
     """Check every proposed quota value; raise ValidationFailed naming each bad field."""
     errors: dict[str, list[str]] = {}
@@ -136,8 +140,10 @@ def _quota_values_validate(changes: Mapping[str, Any]) -> dict[str, Any]:
             # bool is an int subclass: True must not silently become weight 1.
             if isinstance(value, bool) or not isinstance(value, int | float):
                 errors[field] = ["Enter a number greater than 0."]
-            elif not math.isfinite(value) or value <= 0:
-                errors[field] = ["The weight must be a finite number greater than 0."]
+            elif not math.isfinite(value) or not WEIGHT_MIN <= value <= WEIGHT_MAX:
+                # Bounded so that shares stay meaningful: two weights of 1e308 summed to
+                # infinity and every entitled share became 0.
+                errors[field] = [f"The weight must be between {WEIGHT_MIN:g} and {WEIGHT_MAX:g}."]
             else:
                 clean[field] = float(value)
         elif value is None:

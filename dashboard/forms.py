@@ -170,6 +170,11 @@ class UsageRangeForm(forms.Form):
             return data
         today = timezone.localdate()
         end: date = data.get("end") or today
+        if end > today:
+            # Nothing is recorded ahead of today, and the report's end bound is the next
+            # midnight: 9999-12-31 overflowed the date type (a 500).
+            self.add_error("end", "The end date is after today.")
+            return data
         start: date = data.get("start") or end - timedelta(days=USAGE_DEFAULT_DAYS - 1)
         if end < start:
             self.add_error("end", "The end date is before the start date.")

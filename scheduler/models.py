@@ -19,6 +19,11 @@ def _default_thresholds() -> list[float]:
 
 # agents.stop waits out the grace over SSH; its Celery time limit is this plus SSH time.
 MAX_PREEMPTION_GRACE_SECONDS = 3600
+# Upper bounds that keep a typo from switching a mechanism off unnoticed (1e300 s of
+# minimum runtime protects every job from preemption for ever).
+MAX_DURATION_SECONDS = 30 * 24 * 3600
+MAX_ROUND_INTERVAL_SECONDS = 3600
+MAX_QUEUE_THRESHOLD = 1e12  # GPU-seconds: 10^12 is 31,700 GPU-years
 
 
 class SchedulerConfig(models.Model):
@@ -45,12 +50,15 @@ class SchedulerConfig(models.Model):
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="0 = arrival order, 1 = share first.",
     )
-    min_runtime_seconds = models.FloatField(default=300.0, validators=[MinValueValidator(0.0)])
+    min_runtime_seconds = models.FloatField(
+        default=300.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(MAX_DURATION_SECONDS)],
+    )
     # Churn control: fine queues make Tiresias preempt often. Patience, margin and the victim
     # limit damp it; the starvation guard bounds how long that can keep a job waiting.
     preempt_patience_seconds = models.FloatField(
         default=600.0,
-        validators=[MinValueValidator(0.0)],
+        validators=[MinValueValidator(0.0), MaxValueValidator(MAX_DURATION_SECONDS)],
         help_text="A waiting job may preempt only after waiting this long; 0 = at once.",
     )
     preempt_margin = models.PositiveIntegerField(
@@ -66,13 +74,15 @@ class SchedulerConfig(models.Model):
     )
     starvation_seconds = models.FloatField(
         default=3600.0,
-        validators=[MinValueValidator(0.0)],
+        validators=[MinValueValidator(0.0), MaxValueValidator(MAX_DURATION_SECONDS)],
         help_text=(
             "A multi-GPU job pending this long is starving: no margin, no victim limit, "
             "GPUs kept for it; 0 = off."
         ),
     )
-    restore_cost_seconds = models.FloatField(default=30.0, validators=[MinValueValidator(0.0)])
+    restore_cost_seconds = models.FloatField(
+        default=30.0, validators=[MinValueValidator(0.0), MaxValueValidator(MAX_DURATION_SECONDS)]
+    )
     allox_alpha = models.FloatField(
         default=0.5,
         validators=[MinValueValidator(0.01), MaxValueValidator(1.0)],
@@ -87,7 +97,10 @@ class SchedulerConfig(models.Model):
             "of its best value at the queue's prices; 0 = off."
         ),
     )
-    round_interval_seconds = models.FloatField(default=10.0, validators=[MinValueValidator(1.0)])
+    round_interval_seconds = models.FloatField(
+        default=10.0,
+        validators=[MinValueValidator(1.0), MaxValueValidator(MAX_ROUND_INTERVAL_SECONDS)],
+    )
     preemption_grace_seconds = models.PositiveIntegerField(
         default=30, help_text="SIGTERM, then this long to checkpoint, then kill."
     )
@@ -138,6 +151,10 @@ class SchedulerConfig(models.Model):
         if any(value <= 0 for value in thresholds) or thresholds != sorted(set(thresholds)):
             raise ValidationError(
                 {"queue_thresholds": "Thresholds must be positive and strictly ascending."}
+            )
+        if any(value > MAX_QUEUE_THRESHOLD for value in thresholds):
+            raise ValidationError(
+                {"queue_thresholds": f"Thresholds must be at most {MAX_QUEUE_THRESHOLD:g} GPU·s."}
             )
         if self.promote_knob is not None and self.promote_knob < 0:
             raise ValidationError({"promote_knob": "Must be 0 or more (empty or 0 = off)."})

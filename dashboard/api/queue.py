@@ -64,11 +64,14 @@ class QueueApi(APIView):
     )
     def get(self, request: Request) -> Response:
         raw_page = request.query_params.get("page", "1")
-        if not raw_page.isdigit() or int(raw_page) < 1:
+        # ASCII digits only, and few: "²".isdigit() is true, and int() refuses > 4300 digits.
+        if not (raw_page.isascii() and raw_page.isdigit() and len(raw_page) <= 9):
+            raise ValidationFailed({"page": ["A page number, 1 or more."]})
+        number = int(raw_page)
+        if number < 1:
             raise ValidationFailed({"page": ["A page number, 1 or more."]})
         order = queue_selectors.pending_order()
         paginator = Paginator(order, PAGE_SIZE)
-        number = int(raw_page)
         if order and number > paginator.num_pages:
             raise ValidationFailed({"page": [f"There are {paginator.num_pages} pages."]})
         page = paginator.page(min(number, paginator.num_pages))

@@ -53,3 +53,19 @@ def test_another_user_can_neither_list_nor_revoke_my_token(owner, outsider):
     assert other.post(f"/account/tokens/{token.pk}/revoke/").status_code == 404
     token.refresh_from_db()
     assert token.is_active
+
+
+@pytest.mark.django_db
+def test_the_admin_revokes_tokens_but_cannot_add_move_or_unrevoke_them(owner, lab_admin):
+    token, key = api_token_create(user=owner, name="laptop")
+    client = Client()
+    client.force_login(lab_admin)
+
+    assert client.get("/admin/accounts/apitoken/add/").status_code == 403
+    change_page = client.get(f"/admin/accounts/apitoken/{token.pk}/change/").content.decode()
+    assert 'name="user"' not in change_page and 'name="revoked_at"' not in change_page
+    client.post("/admin/accounts/apitoken/", {"action": "revoke", "_selected_action": [token.pk]})
+
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/jobs/").status_code == 401

@@ -153,6 +153,7 @@ def test_usage_needs_a_login():
         ("start=2026-02-30", "start"),
         ("start=2026-03-01&end=tomorrow", "end"),
         ("start=2026-03-10&end=2026-03-01", "end"),
+        ("end=9999-12-31", "end"),  # was a 500: the day after overflowed the date type
     ],
 )
 def test_usage_bad_dates_are_400_naming_the_field(lab_admin, api_as, query, field):

@@ -192,7 +192,7 @@ def test_the_api_shows_an_admin_every_owner(api_as, lab_admin, queue):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("page", ["0", "abc", "-1", "9"])
+@pytest.mark.parametrize("page", ["0", "abc", "-1", "9", "²", "9" * 5000])
 def test_a_bad_page_is_a_400_naming_the_field(api_as, owner, queue, page):
     response = api_as(owner).get(f"/api/v1/queue/?page={page}")
     assert response.status_code == 400

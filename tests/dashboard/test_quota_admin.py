@@ -163,7 +163,7 @@ def test_clearing_a_limit_means_no_limit_and_is_audited(vision, lab_admin):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("weight", ["0", "-1", "abc", "", "inf", "nan"])
+@pytest.mark.parametrize("weight", ["0", "-1", "abc", "", "inf", "nan", "1e308", "1e-320"])
 def test_an_invalid_weight_names_the_field_and_saves_nothing(owner, lab_admin, weight):
     response = logged_in(lab_admin).post(
         f"/manage/quotas/users/{owner.pk}/",

@@ -152,6 +152,13 @@ def test_posting_the_current_values_writes_nothing(lab_admin):
         ({"max_victims": "-1"}, "max_victims"),
         ({"starvation_seconds": "-60"}, "starvation_seconds"),
         ({"allox_efficiency_gate": "2"}, "allox_efficiency_gate"),
+        # Upper bounds: 1e300 s of minimum runtime or round interval switched preemption or
+        # the timer rounds off for good, saved and audited as if fine.
+        ({"min_runtime_seconds": "1e300"}, "min_runtime_seconds"),
+        ({"round_interval_seconds": "86400"}, "round_interval_seconds"),
+        ({"starvation_seconds": "1e300"}, "starvation_seconds"),
+        ({"restore_cost_seconds": "1e300"}, "restore_cost_seconds"),
+        ({"queue_thresholds": "3600, 1e300"}, "queue_thresholds"),
     ],
 )
 def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, field):

@@ -109,6 +109,8 @@ def test_the_default_range_is_the_last_30_days(owner, vision, types, lab_admin):
         ("end=03/01/2026", "end", "End:"),
         ("start=2026-03-10&end=2026-03-01", "end", "before the start"),
         ("start=2020-01-01&end=2026-01-01", "end", "At most"),
+        ("end=9999-12-31", "end", "after today"),
+        ("start=9999-12-31&end=9999-12-31", "end", "after today"),
     ],
 )
 def test_bad_dates_name_the_field_without_a_500(lab_admin, query, field, words):
