@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -86,6 +87,28 @@ def jobs_visible_by_id(*, user: User, job_ids: Iterable[int]) -> dict[int, Job]:
     if not wanted:
         return {}
     return {job.pk: job for job in job_visible_to(user=user).filter(pk__in=wanted)}
+
+
+# "job 12", "job #12", "Job 12": how the scheduler's reasons and events name other jobs.
+_JOB_MENTION = re.compile(r"\bjob #?(\d+)\b", re.IGNORECASE)
+
+
+def texts_for_viewer(texts: Sequence[str], *, user: User) -> list[str]:
+    """`texts` with every mention of a job `user` may not see made "another job".
+
+    Reasons and event messages name other jobs ("preempted for job #12", "Behind: job 7
+    is first in line"); a student's own job's reason must not tell them other students'
+    job ids, as the queue and the job page already do not. One query for all the texts.
+    """
+    mentioned = {int(match[1]) for text in texts for match in _JOB_MENTION.finditer(text)}
+    if not mentioned or user.is_lab_admin:
+        return list(texts)
+    visible = set(jobs_visible_by_id(user=user, job_ids=mentioned))
+
+    def name(match: re.Match[str]) -> str:
+        return match[0] if int(match[1]) in visible else "another job"
+
+    return [_JOB_MENTION.sub(name, text) for text in texts]
 
 
 @dataclass(frozen=True)

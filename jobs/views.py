@@ -74,7 +74,9 @@ def _preempting_job_id(text: str) -> int | None:
 
 
 def _describe_all(texts: list[str], *, user: User) -> list[Described]:
-    """Each text, with preemption notes resolved in one query for all of them."""
+    """Each text, with preemption notes resolved in one query for all of them, and every
+    other mention of a job the user may not see made "another job"."""
+    texts = selectors.texts_for_viewer(texts, user=user)
     visible = selectors.jobs_visible_by_id(
         user=user,
         job_ids=[job_id for text in texts if (job_id := _preempting_job_id(text)) is not None],

@@ -17,6 +17,7 @@ from django.utils import timezone
 from accounts.models import User
 from jobs.choices import HOLDING_STATES, JobState
 from jobs.models import Job
+from jobs.selectors import texts_for_viewer
 
 from ..models import QueueSample
 
@@ -169,6 +170,13 @@ def queue_view(
         row["id"]: row
         for row in Job.objects.filter(pk__in=set(page_ids) | set(my_ids)).values(*_ROW_FIELDS)
     }
+    # Reasons name other jobs ("Behind: job 7 is first in line"): not those a student
+    # may not see. One query for every reason shown.
+    shown = list(rows.values())
+    for row, reason in zip(
+        shown, texts_for_viewer([row["reason"] for row in shown], user=viewer), strict=True
+    ):
+        row["reason"] = reason
 
     def pending_entry(job_id: int) -> QueueEntry:
         jobs_ahead, gpus_ahead = ahead[job_id]

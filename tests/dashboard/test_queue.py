@@ -13,6 +13,7 @@ from cluster.models import Node
 from dashboard.selectors.queue import reason_in_words
 from dashboard.services import aggregates_update
 from jobs.choices import JobState
+from jobs.models import Job
 from jobs.services import JobSpec, job_submit
 from scheduler.services import scheduling_round_run
 from tests.dashboard.helpers import logged_in
@@ -214,3 +215,15 @@ def test_a_real_round_fills_the_reason_and_position_the_queue_shows(owner, small
     job.refresh_from_db()
     assert job.state == JobState.PENDING and job.reason and job.queue_position == 1
     assert reason_in_words(job.reason) in data.replace("&#x27;", "'")
+
+
+@pytest.mark.django_db
+def test_reasons_do_not_name_other_students_jobs(api_as, owner, lab_admin, queue):
+    first, mine = queue["first"], queue["mine"]
+    Job.objects.filter(pk=mine.pk).update(reason=f"Behind: job {first.pk} is first in line")
+
+    student = api_as(owner).get("/api/v1/queue/").json()
+    admin = api_as(lab_admin).get("/api/v1/queue/").json()
+
+    assert student["mine"][0]["reason"] == "Behind: another job is first in line"
+    assert admin["mine"] == [] and f"job {first.pk} is first" in str(admin["pending"])

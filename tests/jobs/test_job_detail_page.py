@@ -343,9 +343,34 @@ def test_a_student_sees_why_but_not_the_other_students_job(preempted, owner):
     victim, winner = preempted
     page = logged_in(owner).get(f"/jobs/{victim.pk}/").content.decode()
     assert page.count("Preempted for another job: a queue-0 job needs the GPUs") == 2
-    assert f"/jobs/{winner.pk}/" not in page and f"#{winner.pk}" not in page
+    # "job #N", not a bare "#N": the page's chart colours (#5b6575) hold one when N is 5.
+    assert f"/jobs/{winner.pk}/" not in page and f"job #{winner.pk}" not in page
     listing = logged_in(owner).get("/jobs/").content.decode()
-    assert "Preempted for another job" in listing and f"#{winner.pk}" not in listing
+    assert "Preempted for another job" in listing and f"job #{winner.pk}" not in listing
+
+
+@pytest.mark.django_db
+def test_the_schedulers_own_wording_does_not_give_the_other_job_away(
+    owner, outsider, small_cluster, api_as
+):
+    # The policies write "job 7 has higher priority ..." after the prefix; before, only the
+    # prefix was hidden, so the id still showed on the page and in the API.
+    victim = running(JobFactory(owner=owner), small_cluster[0])
+    winner = JobFactory(owner=outsider)
+    why = f"job {winner.pk} has higher priority and needs its devices"
+    job_preempt(job_id=victim.pk, reason=why, by_job_id=winner.pk)
+
+    page = logged_in(owner).get(f"/jobs/{victim.pk}/").content.decode()
+    api = api_as(owner).get(f"/api/v1/jobs/{victim.pk}/").json()
+    listing = api_as(owner).get("/api/v1/jobs/").json()["results"]
+
+    hidden = "Preempted for another job: another job has higher priority and needs its devices"
+    assert hidden in page and f"job {winner.pk}" not in page
+    assert api["reason"] == hidden
+    assert api["events"][-1]["message"] == hidden
+    assert listing[0]["reason"] == hidden
+    admin = api_as(outsider).get(f"/api/v1/jobs/{winner.pk}/")
+    assert admin.status_code == 200  # the winner's owner sees their own job as before
 
 
 @pytest.mark.django_db
