@@ -16,6 +16,7 @@ from . import selectors, services
 @login_required
 def token_list_page(request: HttpRequest) -> HttpResponse:
     new_key = None
+    status = 200
     if request.method == "POST":
         try:
             token, new_key = services.api_token_create(
@@ -23,6 +24,7 @@ def token_list_page(request: HttpRequest) -> HttpResponse:
             )
         except ValidationFailed as exc:
             messages.error(request, exc.message)
+            status = 400
         else:
             messages.success(
                 request, f"Token '{token.name}' created. Copy it now: it is not shown again."
@@ -31,6 +33,7 @@ def token_list_page(request: HttpRequest) -> HttpResponse:
         request,
         "accounts/tokens.html",
         {"tokens": selectors.api_token_list(user=request.user), "new_key": new_key},
+        status=status,
     )
 
 

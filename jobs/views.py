@@ -170,6 +170,7 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
             "clone_of": clone_of,
             "clone_caveats": clone_caveats(clone_of) if clone_of is not None else [],
         },
+        status=400 if form.errors else 200,  # a refused submission, like the API's 400
     )
 
 

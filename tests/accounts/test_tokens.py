@@ -32,6 +32,7 @@ def test_a_token_is_shown_once_and_only_its_digest_is_stored(owner):
 @pytest.mark.django_db
 def test_a_token_needs_a_name(owner):
     response = logged_in(owner).post("/account/tokens/", {"name": "  "})
+    assert response.status_code == 400
     assert "Give the token a name" in response.content.decode()
     assert not ApiToken.objects.exists()
 

@@ -72,7 +72,7 @@ def test_a_bad_form_shows_the_error_beside_the_field_and_writes_nothing(
     owner, small_cluster, changes, fragment
 ):
     response = logged_in(owner).post("/jobs/submit/", {**FORM, **changes})
-    assert response.status_code == 200
+    assert response.status_code == 400  # refused, as the API says it, with the form again
     assert fragment in response.content.decode()
     assert not Job.objects.exists()
 
