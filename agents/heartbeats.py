@@ -110,7 +110,14 @@ def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> 
         device = Device.all_objects.select_related("node").filter(uuid=uuid).first()
         if device is not None and device.node_id != node.pk:
             _check_movable(device, to_node=node)
-        occupant = Device.objects.filter(node=node, index=index).exclude(uuid=uuid).first()
+        # Locked, so a round allocating it now either commits first (and the check below
+        # sees its allocation) or waits until the slot's new GPU is recorded.
+        occupant = (
+            Device.objects.select_for_update()
+            .filter(node=node, index=index)
+            .exclude(uuid=uuid)
+            .first()
+        )
         if occupant is not None:
             if Allocation.objects.filter(device=occupant, ended_at__isnull=True).exists():
                 raise Conflict(
