@@ -26,7 +26,7 @@ from cluster.choices import NodeState, Runtime
 from cluster.models import Node
 from config.errors import ApplicationError, NotFound
 from jobs.choices import JobState
-from jobs.models import Job
+from jobs.models import Allocation, Job
 from jobs.services import (
     job_finish,
     job_launch_failed,
@@ -331,7 +331,16 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
             except ApplicationError as exc:
                 logger.info("Poll left job %s alone: %s", live.job_id, exc)
         counts["stopped"] = len(_stop_stale(session, keep=expected, grace_seconds=grace_seconds))
+    _release_stopped(node_id=node_id)
     return counts
+
+
+def _release_stopped(*, node_id: int) -> None:
+    """Every attempt that ended here is stopped now (`_stop_stale` just stopped the ones
+    still running): their devices may take new jobs."""
+    Allocation.objects.filter(
+        device__node_id=node_id, ended_at__isnull=False, released_at__isnull=True
+    ).update(released_at=timezone.now())
 
 
 def _running_on_node(session: NodeSession) -> list[tuple[int, int]]:
@@ -594,6 +603,7 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
         stale = _stop_stale(
             session, keep=live_attempts_on_node(node_id=node_id), grace_seconds=grace_seconds
         )
+    _release_stopped(node_id=node_id)
     back_to = node.return_state or NodeState.UP
     reason = node.state_reason if back_to != NodeState.UP else ""
     _node_set_state(node_id=node_id, to_state=back_to, reason=reason, expected=[NodeState.DOWN])

@@ -115,6 +115,11 @@ class Allocation(models.Model):
     )
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # The job let go of the device at `ended_at`, but a cancelled or timed-out attempt's
+    # process may still run on it until the node poll has stopped it: the scheduler keeps
+    # the device busy until then (Slurm's COMPLETING). Set with `ended_at` when the
+    # process is known to be gone (it exited, or was stopped by the stop task).
+    released_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "device_id"]

@@ -229,6 +229,7 @@ def job_transition(
     message: str = "",
     expected: frozenset[JobState] | None = None,
     at_attempt: int | None = None,
+    process_gone: bool = True,
     **updates: Any,
 ) -> Job:
     """Move one job to `to_state` if the state machine allows it from where it is now.
@@ -241,7 +242,9 @@ def job_transition(
     3. UPDATE ... WHERE state = <the state just read>: if another worker changed the job
        in between, no row matches and this call raises instead of overwriting.
     4. Leaving a device-holding state ends the job's live allocations and charges the
-       service to the owner's and the group's fair-share usage.
+       service to the owner's and the group's fair-share usage. Unless `process_gone`
+       is false (a cancel or a time-out: the process may still run until the node poll
+       stops it), the devices are released at once.
     5. Write the event. All in one transaction.
     """
     with transaction.atomic():
@@ -277,7 +280,9 @@ def job_transition(
                 f"Job {job_id} changed state concurrently; {to_state.label} not applied."
             )
         if from_state in HOLDING_STATES and to_state not in HOLDING_STATES:
-            Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).update(ended_at=now)
+            Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).update(
+                ended_at=now, released_at=now if process_gone else None
+            )
             if service > 0:
                 _charge_usage(User, current["owner_id"], service, now)
                 if current["group_id"] is not None:
@@ -358,6 +363,7 @@ def job_cancel(*, job_id: int, by: User) -> Job:
         actor_user=by,
         message=f"Cancelled by {who} ({by.username}).",
         reason=f"Cancelled by {by.username}.",
+        process_gone=job.state == JobState.PENDING,
     )
     round_request_on_commit()  # its devices (if any) are free for the next job
     return cancelled
@@ -610,6 +616,7 @@ def jobs_time_out(*, now: datetime) -> list[int]:
                 job_id=job_id,
                 message=message,
                 expected=frozenset({JobState.STARTING, JobState.RUNNING}),
+                process_gone=False,  # the poll stops it; its GPUs stay busy until then
             )
         except ApplicationError:
             continue  # it ended or was preempted meanwhile: nothing left to time out
@@ -648,6 +655,7 @@ def job_fail(
     message: str,
     expected: frozenset[JobState] | None = None,
     attempt: int | None = None,
+    process_gone: bool = True,
 ) -> Job:
     """→ FAILED by the system (e.g. a used-up walltime), from `expected` states if given."""
     return job_transition(
@@ -657,5 +665,6 @@ def job_fail(
         message=message,
         expected=expected,
         at_attempt=attempt,
+        process_gone=process_gone,
         reason=message,
     )

@@ -17,10 +17,11 @@ from agents.services import (
     agent_stop,
 )
 from agents.ssh import node_ssh
-from cluster.models import Node
+from cluster.models import Device, Node
 from jobs.choices import JobState
 from jobs.models import Job
-from jobs.services import job_preempt, jobs_time_out
+from jobs.services import JobSpec, job_cancel, job_preempt, job_submit, jobs_time_out
+from scheduler.services import scheduling_round_run
 from tests.agents.conftest import started_job, wait_for
 
 
@@ -251,3 +252,28 @@ def test_a_poll_that_read_a_job_as_running_leaves_it_to_the_stop_once_it_is_pree
     assert Job.objects.get(pk=job.pk).state == JobState.PREEMPTING  # not SUCCEEDED
     requeued = agent_stop(job_id=job.pk, attempt=job.attempt, grace_seconds=5)
     assert requeued is not None and requeued.state == JobState.PENDING
+
+
+def test_a_cancelled_jobs_gpu_takes_no_new_job_until_the_poll_has_stopped_it(
+    ssh_node: Node, ssh_settings: Path, owner
+) -> None:  # type: ignore[no-untyped-def]
+    # Before, cancelling freed the GPU at once: the next round started a job on it while
+    # the cancelled process still ran there until the poll (and its grace) stopped it.
+    Device.objects.filter(node=ssh_node, index=1).delete()  # one GPU: both jobs want it
+    job = started_job(ssh_node, command=CHECKPOINTING, owner=owner)
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
+    waiting = job_submit(owner=owner, spec=JobSpec(image="busybox", command=["true"], num_gpus=1))
+
+    job_cancel(job_id=job.pk, by=owner)
+    scheduling_round_run()
+
+    assert Job.objects.get(pk=waiting.pk).state == JobState.PENDING
+    assert _alive(pgid)
+
+    agent_node_poll(node_id=ssh_node.pk)  # stops the cancelled attempt, then releases
+    scheduling_round_run()
+
+    assert not _alive(pgid)
+    assert Job.objects.get(pk=waiting.pk).state == JobState.STARTING
