@@ -476,11 +476,15 @@ def _node_set_state(
     reason: str,
     expected: list[str] | None = None,
     return_state: str = "",
+    silent_since: datetime | None = None,
 ) -> bool:
-    """Conditional UPDATE of a node's state; False when it was not in `expected`."""
+    """Conditional UPDATE of a node's state; False when it was not in `expected` (or,
+    with `silent_since`, when a heartbeat arrived after it)."""
     nodes = Node.objects.filter(pk=node_id)
     if expected is not None:
         nodes = nodes.filter(state__in=expected)
+    if silent_since is not None:
+        nodes = nodes.filter(last_heartbeat_at__lt=silent_since)
     return nodes.update(state=to_state, state_reason=reason[:255], return_state=return_state) == 1
 
 
@@ -502,7 +506,9 @@ def _lose_and_requeue(*, job_id: int, attempt: int, message: str) -> None:
         logger.info("Job %s left alone: %s", job_id, exc)
 
 
-def _node_take_down(*, node: Node, reason: str, expected: list[str]) -> bool:
+def _node_take_down(
+    *, node: Node, reason: str, expected: list[str], silent_since: datetime | None = None
+) -> bool:
     """DOWN, and every live attempt there LOST and requeued (not charged as a retry).
 
     The one way a node goes DOWN, so that no path leaves its jobs RUNNING on a node
@@ -514,6 +520,7 @@ def _node_take_down(*, node: Node, reason: str, expected: list[str]) -> bool:
         reason=reason,
         expected=expected,
         return_state=_return_state_for(node.state),
+        silent_since=silent_since,
     ):
         return False
     cause = reason[:1].lower() + reason[1:].rstrip(".")
@@ -563,13 +570,18 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, list[str]]:
             to_state=NodeState.SUSPECT,
             reason=f"No heartbeat for {seconds} s.",
             expected=[NodeState.UP],
+            silent_since=suspect_before,
         ):
             moved["suspect"].append(node.name)
     silent = real.filter(last_heartbeat_at__lt=down_before).exclude(state=NodeState.DOWN)
     for node in silent:
         seconds = int((now - node.last_heartbeat_at).total_seconds())
+        # Re-checked in the UPDATE: a heartbeat that arrived since this read keeps it up.
         if _node_take_down(
-            node=node, reason=f"No heartbeat for {seconds} s.", expected=[node.state]
+            node=node,
+            reason=f"No heartbeat for {seconds} s.",
+            expected=[node.state],
+            silent_since=down_before,
         ):
             moved["down"].append(node.name)
     jobs_lost_requeue()

@@ -350,23 +350,37 @@ def _charge_usage(model: type[User] | type[LabGroup], pk: int, service: float, n
     account.save(update_fields=["usage", "usage_updated_at"])
 
 
+CANCEL_TRIES = 3
+
+
 def job_cancel(*, job_id: int, by: User) -> Job:
     """Cancel a job the caller may see (their own; admins: any). Already-ended jobs stay."""
-    job = job_get_for_user(user=by, job_id=job_id)
-    if job.state in TERMINAL_STATES:
-        raise IllegalTransition(f"Job {job.pk} already ended ({job.get_state_display()}).")
-    who = "an admin" if by.pk != job.owner_id else "its owner"
-    cancelled = job_transition(
-        job_id=job.pk,
-        to_state=JobState.CANCELLED,
-        actor=EventActor.USER,
-        actor_user=by,
-        message=f"Cancelled by {who} ({by.username}).",
-        reason=f"Cancelled by {by.username}.",
-        process_gone=job.state == JobState.PENDING,
-    )
-    round_request_on_commit()  # its devices (if any) are free for the next job
-    return cancelled
+    # A round or an agent may move the job between the read and the update (a round
+    # starting it, say): read again and retry rather than tell the user to.
+    tries = 0
+    while True:
+        job = job_get_for_user(user=by, job_id=job_id)
+        if job.state in TERMINAL_STATES:
+            raise IllegalTransition(f"Job {job.pk} already ended ({job.get_state_display()}).")
+        who = "an admin" if by.pk != job.owner_id else "its owner"
+        try:
+            cancelled = job_transition(
+                job_id=job.pk,
+                to_state=JobState.CANCELLED,
+                actor=EventActor.USER,
+                actor_user=by,
+                message=f"Cancelled by {who} ({by.username}).",
+                reason=f"Cancelled by {by.username}.",
+                expected=frozenset({job.state}),
+                process_gone=job.state == JobState.PENDING,
+            )
+        except IllegalTransition:
+            tries += 1
+            if tries == CANCEL_TRIES:
+                raise
+            continue
+        round_request_on_commit()  # its devices (if any) are free for the next job
+        return cancelled
 
 
 def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> Job:
@@ -520,7 +534,7 @@ def _retry_failed_attempt(
 
 def job_launch_failed(*, job_id: int, message: str) -> Job:
     """STARTING → FAILED: the launch itself failed (bad image, node refused)."""
-    return job_transition(
+    failed = job_transition(
         job_id=job_id,
         to_state=JobState.FAILED,
         actor=EventActor.AGENT,
@@ -528,6 +542,8 @@ def job_launch_failed(*, job_id: int, message: str) -> Job:
         expected=frozenset({JobState.STARTING}),
         reason=message,
     )
+    round_request_on_commit()  # its GPUs are free for the next job now, not at the timer
+    return failed
 
 
 def job_preempt(*, job_id: int, reason: str, by_job_id: int | None = None) -> Job:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from agents import services
 from agents.services import (
     agent_launch,
     node_heartbeat_seen,
@@ -126,3 +127,25 @@ def _alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_heartbeat_between_the_sweeps_read_and_its_update_keeps_the_node_and_its_jobs(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _node(state=NodeState.DRAINING)
+    running = started_job(node, command=["sleep", "1000"])
+    job_mark_running(job_id=running.pk)
+    later = T0 + timedelta(seconds=301)
+    real_set_state = services._node_set_state
+
+    def heartbeat_arrives_first(**kwargs):  # type: ignore[no-untyped-def]
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=later)
+        return real_set_state(**kwargs)
+
+    monkeypatch.setattr(services, "_node_set_state", heartbeat_arrives_first)
+
+    moved = node_liveness_sweep(now=later)
+
+    assert moved["down"] == []
+    assert Node.objects.get(pk=node.pk).state == NodeState.DRAINING
+    assert Job.objects.get(pk=running.pk).state == JobState.RUNNING

@@ -196,3 +196,28 @@ def test_my_jobs_needs_a_bounded_number_of_queries(owner, outsider, django_asser
     with django_assert_max_num_queries(6):
         page = client.get("/jobs/").content.decode()
     assert page.count("Preempted for another job: x") == 50
+
+
+@pytest.mark.django_db
+def test_the_job_admin_cancels_through_the_state_machine_and_deletes_only_ended_jobs(
+    owner, lab_admin
+):
+    running = JobFactory(owner=owner, state=JobState.RUNNING)
+    ended = JobFactory(owner=owner, state=JobState.SUCCEEDED)
+    admin = logged_in(lab_admin)
+    url = "/admin/jobs/job/"
+
+    assert admin.get(f"{url}add/").status_code == 403
+    page = admin.get(f"{url}{running.pk}/change/").content.decode()
+    assert 'name="env"' not in page and 'name="num_gpus"' not in page
+    assert admin.get(f"{url}{running.pk}/delete/").status_code == 403
+    for selected, left in (([running.pk, ended.pk], 2), ([ended.pk], 1)):  # a mix: refused
+        admin.post(url, {"action": "delete_selected", "_selected_action": selected, "post": "yes"})
+        assert Job.objects.count() == left
+    assert list(Job.objects.values_list("pk", flat=True)) == [running.pk]
+
+    admin.post(url, {"action": "cancel", "_selected_action": [running.pk]})
+
+    running.refresh_from_db()
+    assert running.state == JobState.CANCELLED
+    assert running.events.last().message == f"Cancelled by an admin ({lab_admin.username})."

@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 
 from config.errors import IllegalTransition
+from jobs import services
 from jobs.choices import HOLDING_STATES, TRANSITIONS, EventActor, JobState
 from jobs.models import Allocation, Job, JobEvent
 from jobs.services import (
@@ -146,6 +147,29 @@ def test_cancel_ends_the_live_allocations(owner, small_cluster):
     job_start(job_id=job.pk, device_ids=[small_cluster[0].pk])
     job_cancel(job_id=job.pk, by=owner)
     assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+
+
+@pytest.mark.django_db
+def test_a_cancel_that_a_round_overtakes_is_retried_not_refused(owner, small_cluster, monkeypatch):
+    # The round starts the job between the cancel's read and its update: before, the user
+    # got 409 "changed state concurrently" and had to cancel again.
+    job = JobFactory(owner=owner)
+    real_transition = services.job_transition
+    raced = []
+
+    def round_starts_it_first(**kwargs):  # type: ignore[no-untyped-def]
+        if not raced:
+            raced.append(True)
+            job_start(job_id=job.pk, device_ids=[small_cluster[0].pk])
+        return real_transition(**kwargs)
+
+    monkeypatch.setattr(services, "job_transition", round_starts_it_first)
+
+    cancelled = job_cancel(job_id=job.pk, by=owner)
+
+    assert cancelled.state == JobState.CANCELLED
+    # It held a GPU when cancelled: busy until the node poll confirms the process is gone.
+    assert Allocation.objects.get(job=job).released_at is None
 
 
 @pytest.mark.django_db
