@@ -121,8 +121,11 @@ def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
 def _launch_script(spec: runtimes.LaunchSpec, runtime: str) -> str:
     if runtime == Runtime.DOCKER:
         # Idempotent like the wrapper: a redelivered launch reports the existing container.
-        inspect = runtimes.docker_inspect_id_argv(spec.name)
-        return f"{shlex.join(inspect)} 2>/dev/null || {shlex.join(runtimes.docker_run_argv(spec))}"
+        # The last inspect covers two deliveries at once: the one whose `docker run` loses
+        # the name to the other finds that container, instead of failing the job.
+        inspect = shlex.join(runtimes.docker_inspect_id_argv(spec.name))
+        run = shlex.join(runtimes.docker_run_argv(spec))
+        return f"{inspect} 2>/dev/null || {run} || {inspect}"
     return runtimes.wrapped_launch_script(spec, runtime)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 import pytest
 
@@ -22,7 +23,8 @@ from agents.runtimes import (
     wrapped_launch_script,
     wrapped_program,
 )
-from agents.services import _parse_docker_status
+from agents.services import _launch_script, _parse_docker_status
+from cluster.choices import Runtime
 
 
 def spec(**changes: object) -> LaunchSpec:
@@ -206,3 +208,26 @@ def test_docker_status_is_unknown_only_when_docker_has_no_such_container(
 ) -> None:
     status = _parse_docker_status(stdout, exit_status, stderr)
     assert (status.state, status.exit_code) == (state, exit_code)
+
+
+FAKE_DOCKER = """#!/bin/sh
+# `docker run` loses the name to a concurrent delivery that created the container first.
+case "$1 $2" in
+  "container inspect") [ -e "$STATE/created" ] && echo c0ffee && exit 0; exit 1 ;;
+  "run -d") touch "$STATE/created"; echo "Conflict. The container name is in use" >&2; exit 125 ;;
+esac
+exit 2
+"""
+
+
+def test_a_docker_launch_that_loses_the_name_to_a_second_delivery_reports_its_container(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "docker").write_text(FAKE_DOCKER)
+    (tmp_path / "docker").chmod(0o755)
+    script = _launch_script(spec(), Runtime.DOCKER)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "STATE": str(tmp_path)}
+
+    result = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
+
+    assert (result.returncode, result.stdout.strip()) == (0, "c0ffee")
