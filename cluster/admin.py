@@ -76,6 +76,11 @@ class DeviceAdmin(admin.ModelAdmin):
         "model_name",
         "memory_mb",
         "uuid",
+        "retired_at",
     ]
-    list_filter = ["kind", "device_type", "node"]
+    list_filter = ["kind", "device_type", "node", ("retired_at", admin.EmptyFieldListFilter)]
     search_fields = ["uuid", "model_name", "node__name"]
+    readonly_fields = ["retired_at"]  # set by heartbeats when another GPU takes the slot
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Device]:
+        return Device.all_objects.select_related("node", "device_type")  # retired ones too
