@@ -65,7 +65,7 @@ def aggregates_update(*, now: datetime | None = None) -> AggregatesResult:
     1. Usage hours: every hour from the first one that may still change is rebuilt from the
        allocations that overlap it (live ones counted up to `now`).
     2. A queue sample per Tiresias level and a utilization sample per device type.
-    3. The 15-minute utilization buckets of the last two buckets, from the minute roll-ups.
+    3. The 15-minute utilization buckets since the last run, from the minute roll-ups.
     4. Retention: samples older than 30 days and buckets older than 7 days are deleted.
     """
     started = time.perf_counter()
@@ -77,7 +77,7 @@ def aggregates_update(*, now: datetime | None = None) -> AggregatesResult:
         rebuilt_hours, usage_rows = _usage_hours_rebuild(state=state, now=now)
         queue_rows = _queue_sample(now=now)
         utilization_rows = _utilization_sample(now=now)
-        bucket_rows = _utilization_buckets_rebuild(now=now)
+        bucket_rows = _utilization_buckets_rebuild(now=now, last_run=state.updated_at)
         QueueSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
         UtilizationSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
         DeviceUtilizationBucket.objects.filter(start__lt=now - BUCKET_RETENTION).delete()
@@ -194,7 +194,11 @@ def _utilization_sample(*, now: datetime) -> int:
     )
     latest: dict[int, tuple[int, float]] = {}
     readings = (
-        GpuSample.objects.filter(at__gte=now - FRESH_READING, at__lte=now)
+        # In-service GPUs only, as `devices` counts them: a retired GPU's last reading is
+        # not use of this cluster.
+        GpuSample.objects.filter(
+            at__gte=now - FRESH_READING, at__lte=now, device__retired_at__isnull=True
+        )
         .order_by("at")
         .values_list("device_id", "device__device_type_id", "utilization_pct")
     )
@@ -218,9 +222,14 @@ def _utilization_sample(*, now: datetime) -> int:
     return len(samples)
 
 
-def _utilization_buckets_rebuild(*, now: datetime) -> int:
-    """Rebuild the current and the previous 15-minute bucket (the last may have had late rows)."""
+def _utilization_buckets_rebuild(*, now: datetime, last_run: datetime | None = None) -> int:
+    """Rebuild every 15-minute bucket since the one before the last run's (that one may
+    have had late rows): skipped runs leave no hole in the heatmap. At most a week back,
+    what the buckets are kept for."""
     since = floor_bucket(now) - BUCKET
+    if last_run is not None:
+        oldest = floor_bucket(now - BUCKET_RETENTION)
+        since = max(min(since, floor_bucket(last_run) - BUCKET), oldest)
     sums: dict[tuple[int, datetime], list[float]] = defaultdict(lambda: [0.0, 0])
     minutes = GpuMinute.objects.filter(minute__gte=since, minute__lte=now).values_list(
         "device_id", "minute", "utilization_avg", "samples"

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
-from django.db.models import Avg, BigIntegerField, Count, F, Func, Max, Sum
+from django.db.models import Avg, BigIntegerField, Count, F, Func, Max, Q, Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
@@ -316,8 +316,11 @@ def device_heatmap(*, now: datetime | None = None) -> Heatmap:
     last = floor_bucket(now)
     starts = [last - BUCKET * (count - 1 - i) for i in range(count)]
     column = {start: i for i, start in enumerate(starts)}
-    devices = Device.objects.order_by("node__name", "index").values_list(
-        "id", "node__name", "index", "device_type__name"
+    # A GPU retired within the window keeps its row: its cells are history.
+    devices = (
+        Device.all_objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gte=starts[0]))
+        .order_by("node__name", "index", "id")
+        .values_list("id", "node__name", "index", "device_type__name")
     )
     cells: dict[int, list[float | None]] = {}
     weights: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])

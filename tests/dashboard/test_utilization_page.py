@@ -11,9 +11,9 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import GpuMinute, GpuSample, JobGpuMinute, JobGpuSample
-from cluster.models import DeviceType
+from cluster.models import Device, DeviceType
 from dashboard.models import UtilizationSample
-from dashboard.selectors.utilization import WINDOWS, allocation_series
+from dashboard.selectors.utilization import WINDOWS, allocation_series, device_heatmap
 from dashboard.services import aggregates_update, floor_hour
 from jobs.choices import JobState
 from tests.dashboard.helpers import device, hold, logged_in
@@ -226,6 +226,71 @@ def test_the_heatmap_shows_each_gpus_mean_use_per_15_minutes(owner, small_cluste
     page = response.content.decode()
     assert "Busiest: <b>v0/1</b> (90 % on average)" in page
     assert "least used: <b>a0/0</b> (40 %)" in page
+
+
+NOON = datetime(2026, 3, 10, 12, 5, tzinfo=UTC)
+
+
+def minutes_at(gpu, start: datetime, count: int, pct: float) -> None:
+    GpuMinute.objects.bulk_create(
+        GpuMinute(
+            device=gpu,
+            minute=start + timedelta(minutes=m),
+            samples=6,
+            utilization_avg=pct,
+            memory_used_max_mb=0,
+        )
+        for m in range(count)
+    )
+
+
+@pytest.mark.django_db
+def test_runs_skipped_for_an_hour_leave_no_hole_in_the_heatmap(small_cluster):
+    gpu = device(small_cluster, "a0", 0)
+    eleven = NOON.replace(hour=11, minute=0)
+    minutes_at(gpu, eleven, 60, 50.0)
+    aggregates_update(now=eleven + timedelta(minutes=1))
+    aggregates_update(now=NOON)  # the worker was down from 11:01 to 12:05
+
+    heat = device_heatmap(now=NOON)
+
+    (row,) = [row for row in heat.rows if row.label == "a0/0"]
+    cells = {at.strftime("%H:%M"): value for at, value in zip(heat.starts, row.values, strict=True)}
+    assert [cells[t] for t in ("11:00", "11:15", "11:30", "11:45")] == [50.0] * 4
+
+
+@pytest.mark.django_db
+def test_a_gpu_retired_within_the_day_keeps_its_heatmap_row(small_cluster):
+    gpu = device(small_cluster, "a0", 3)
+    minutes_at(gpu, NOON.replace(hour=10, minute=30), 15, 80.0)
+    aggregates_update(now=NOON.replace(hour=10, minute=46))
+    Device.all_objects.filter(pk=gpu.pk).update(retired_at=NOON.replace(hour=11, minute=30))
+    old = device(small_cluster, "a1", 0)
+    Device.all_objects.filter(pk=old.pk).update(retired_at=NOON - timedelta(days=2))
+
+    labels = {row.label: row.mean for row in device_heatmap(now=NOON).rows}
+
+    assert labels["a0/3"] == 80.0  # its history stays for the day it was retired in
+    assert "a1/0" not in labels  # retired before the window: gone
+
+
+@pytest.mark.django_db
+def test_a_retired_gpus_last_reading_is_not_counted_as_use(small_cluster):
+    retired = device(small_cluster, "a0", 3)
+    Device.all_objects.filter(pk=retired.pk).update(retired_at=NOON - timedelta(minutes=5))
+    for gpu in (device(small_cluster, "a0", 0), retired):
+        GpuSample.objects.create(
+            device=gpu,
+            at=NOON - timedelta(seconds=30),
+            utilization_pct=100,
+            memory_used_mb=1,
+            memory_total_mb=2,
+        )
+
+    aggregates_update(now=NOON)
+
+    a100 = UtilizationSample.objects.get(device_type__name="a100")
+    assert (a100.devices, a100.used) == (7, 1.0)
 
 
 # --------------------------------------------------------------------------- idle but allocated
