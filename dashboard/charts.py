@@ -7,7 +7,10 @@ the `plotly` package (see `dashboard.finders`), and auto-refresh redraws it in p
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import plotly.graph_objects as go
+from django.utils import timezone
 
 # Okabe–Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -42,3 +45,9 @@ def figure_new(
 def figure_json(figure: go.Figure) -> str:
     """The figure as JSON (Plotly's own encoder: handles numpy, datetimes and NaN)."""
     return figure.to_json()
+
+
+def chart_time(moment: datetime) -> str:
+    """A moment as plotly should draw it: wall-clock time in the display zone, because
+    plotly.js ignores UTC offsets in date strings (an aware datetime is drawn in UTC)."""
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")

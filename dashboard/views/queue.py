@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from ..charts import figure_json, figure_new
+from ..charts import chart_time, figure_json, figure_new
 from ..selectors import queue as queue_selectors
 from ..selectors.aggregates import cached_on_aggregates
 
@@ -51,7 +51,7 @@ def _queue_length_figure(now):  # type: ignore[no-untyped-def]
     figure = figure_new(y_title="pending jobs", height=300)
     for level, points in sorted(series.items()):
         figure.add_scatter(
-            x=[at for at, _ in points],
+            x=[chart_time(at) for at, _ in points],
             y=[pending for _, pending in points],
             name=f"queue {level}",
             mode="lines",

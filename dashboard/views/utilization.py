@@ -19,7 +19,7 @@ from django.utils import timezone
 from accounts.choices import Role
 from accounts.models import User
 
-from ..charts import PALETTE, figure_json, figure_new
+from ..charts import PALETTE, chart_time, figure_json, figure_new
 from ..selectors.aggregates import cached_on_aggregates
 from ..selectors.utilization import (
     DEFAULT_WINDOW,
@@ -42,11 +42,6 @@ from ..selectors.utilization import (
 REFRESH_SECONDS = 60
 # Admins all see the same usage breakdown; an unsaved admin (owning no usage) stands for them.
 ANY_ADMIN = User(role=Role.ADMIN)
-
-
-def _x(moment: datetime) -> str:
-    # plotly.js ignores UTC offsets in date strings: send wall-clock time in the display zone.
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
 
 
 def _time_figure(*, y_title: str) -> go.Figure:
@@ -72,7 +67,7 @@ def allocated_used_figure(series: list[TypeSeries]) -> go.Figure:
         return _empty(figure, "No utilization samples in this window yet.")
     for i, type_series in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
-        x = [_x(point.at) for point in type_series.points]
+        x = [chart_time(point.at) for point in type_series.points]
         figure.add_trace(
             go.Scatter(
                 x=x,
@@ -102,7 +97,10 @@ def usage_figure(usage: UsageBreakdown, series: list[UsageSeries]) -> go.Figure:
     figure = _time_figure(y_title="GPU-hours")
     if not series:
         return _empty(figure, "No GPU time used in this window.")
-    x = [_x(period) if usage.period == "hour" else f"{period:%Y-%m-%d}" for period in usage.periods]
+    x = [
+        chart_time(period) if usage.period == "hour" else f"{period:%Y-%m-%d}"
+        for period in usage.periods
+    ]
     for i, one in enumerate(series):
         figure.add_trace(
             go.Bar(
@@ -125,7 +123,7 @@ def heatmap_figure(heatmap: Heatmap) -> go.Figure:
         return _empty(figure, "No devices registered yet.")
     figure.add_trace(
         go.Heatmap(
-            x=[_x(start) for start in heatmap.starts],
+            x=[chart_time(start) for start in heatmap.starts],
             y=[row.label for row in heatmap.rows],
             z=[row.values for row in heatmap.rows],
             zmin=0,

@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from cluster.models import Node
+from dashboard.models import QueueSample
 from dashboard.selectors.queue import reason_in_words
 from dashboard.services import aggregates_update
 from jobs.choices import JobState
@@ -227,3 +228,15 @@ def test_reasons_do_not_name_other_students_jobs(api_as, owner, lab_admin, queue
 
     assert student["mine"][0]["reason"] == "Behind: another job is first in line"
     assert admin["mine"] == [] and f"job {first.pk} is first" in str(admin["pending"])
+
+
+@pytest.mark.django_db
+def test_the_queue_length_chart_is_drawn_in_the_labs_time_zone(owner, queue, settings):
+    # plotly.js drops UTC offsets: an aware datetime was drawn as UTC wall-clock time,
+    # hours away from the utilization charts beside it.
+    settings.TIME_ZONE = "America/New_York"
+    aggregates_update()
+    page = logged_in(owner).get("/queue/")
+    (trace, *_) = json.loads(page.context["queue_length_figure"])["data"]
+    sampled_at = QueueSample.objects.latest("at").at
+    assert trace["x"][-1] == timezone.localtime(sampled_at).strftime("%Y-%m-%d %H:%M")
