@@ -30,8 +30,8 @@ from cluster.services import node_drain
 from config.errors import Conflict, NotFound
 from jobs.models import Allocation
 
-from .api.serializers import PG_INT_MAX
 from .models import (
+    PG_INT_MAX,
     GpuMinute,
     GpuSample,
     JobGpuMinute,

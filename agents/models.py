@@ -5,6 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+# PostgreSQL's `integer`: a heartbeat's memory, counters and ids past it were a 500.
+PG_INT_MAX = 2**31 - 1
+
 
 class NodeHostKey(models.Model):
     """One host key a node presented. Only an approved key is trusted for SSH.

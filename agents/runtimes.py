@@ -244,8 +244,8 @@ def wrapped_stop_script(run_dir: str, grace_seconds: int) -> str:
     d = shlex.quote(run_dir)
     grace = int(grace_seconds)
     return (
-        f"if [ -s {d}/exit_code ] && [ ! -e {d}/stop-sent ]; then echo was-exited; fi; "
-        f": > {d}/stop-sent 2>/dev/null; "
+        f"m=$({stop_marker_script(run_dir)}); "
+        f'if [ "$m" = first-stop ] && [ -s {d}/exit_code ]; then echo was-exited; fi; '
         f'if [ -s {d}/pid ]; then p=$(cat {d}/pid); kill -TERM "-$p" 2>/dev/null; '
         f'i=0; while [ $i -lt {grace * 10} ] && kill -0 "-$p" 2>/dev/null; '
         "do sleep 0.1; i=$((i+1)); done; "

@@ -33,6 +33,7 @@ from jobs.services import (
     job_mark_lost,
     job_mark_running,
     job_requeue,
+    jobs_lost_requeue,
 )
 
 from . import runtimes, simulated
@@ -333,16 +334,20 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
                     )  # fmt: skip
             except ApplicationError as exc:
                 logger.info("Poll left job %s alone: %s", live.job_id, exc)
+        listed_at = timezone.now()
         counts["stopped"] = len(_stop_stale(session, keep=expected, grace_seconds=grace_seconds))
-    _release_stopped(node_id=node_id)
+    _release_stopped(node_id=node_id, ended_before=listed_at)
     return counts
 
 
-def _release_stopped(*, node_id: int) -> None:
-    """Every attempt that ended here is stopped now (`_stop_stale` just stopped the ones
-    still running): their devices may take new jobs."""
+def _release_stopped(*, node_id: int, ended_before: datetime) -> None:
+    """Attempts that had ended here before `_stop_stale` listed what still runs are
+    stopped now (it stopped those it found): their devices may take new jobs. One
+    cancelled after the listing may still run, and waits for the next poll."""
     Allocation.objects.filter(
-        device__node_id=node_id, ended_at__isnull=False, released_at__isnull=True
+        device__node_id=node_id,
+        ended_at__lt=ended_before,
+        released_at__isnull=True,
     ).update(released_at=timezone.now())
 
 
@@ -536,20 +541,6 @@ def _node_take_down(
     return True
 
 
-def jobs_lost_requeue() -> list[int]:
-    """Requeue jobs left LOST (a worker died between LOST and PENDING before both were
-    one transaction, or any future path that stops at LOST). Returns their ids."""
-    requeued = []
-    for job_id in Job.objects.filter(state=JobState.LOST).values_list("pk", flat=True):
-        try:
-            job_requeue(job_id=job_id, message="Requeued: it was left lost.")
-        except ApplicationError as exc:
-            logger.info("Lost job %s left alone: %s", job_id, exc)
-            continue
-        requeued.append(job_id)
-    return requeued
-
-
 def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, list[str]]:
     """Mark silent nodes SUSPECT, then DOWN, and requeue the jobs of DOWN nodes.
 
@@ -615,10 +606,11 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
     """
     node = Node.objects.get(pk=node_id)
     with node_ssh(node) as session:
+        listed_at = timezone.now()
         stale = _stop_stale(
             session, keep=live_attempts_on_node(node_id=node_id), grace_seconds=grace_seconds
         )
-    _release_stopped(node_id=node_id)
+    _release_stopped(node_id=node_id, ended_before=listed_at)
     back_to = node.return_state or NodeState.UP
     reason = node.state_reason if back_to != NodeState.UP else ""
     _node_set_state(node_id=node_id, to_state=back_to, reason=reason, expected=[NodeState.DOWN])

@@ -8,6 +8,7 @@ so no view has to remember to.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,13 +49,12 @@ class StoredTextJSONParser(JSONParser):
 
     def parse(self, stream, media_type=None, parser_context=None):  # type: ignore[no-untyped-def]
         data = super().parse(stream, media_type, parser_context)
-        found = list(_problems(data, ""))
-        if found:
-            errors: dict[str, list[str]] = {}
-            for path, problem in found:
-                errors.setdefault(path.split(".")[0].split("[")[0] or path, []).append(
-                    f"{path} {problem}."
-                )
+        errors: dict[str, list[str]] = {}
+        for path, problem in _problems(data, ""):
+            # Keyed by the top-level field ("env" for env.A), as ValidationFailed is.
+            field = re.match(r"[^.\[]*", path)[0] or path  # type: ignore[index]
+            errors.setdefault(field, []).append(f"{path} {problem}.")
+        if errors:
             raise ParseError(errors)
         return data
 

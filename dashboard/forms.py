@@ -148,9 +148,7 @@ class SchedulerSettingsForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         for name, field in self.fields.items():
             # The model names durations `*_seconds`; the policy's settings drop the unit.
-            if name.removesuffix("_seconds") in FIFO_IGNORED_SETTINGS or name in (
-                FIFO_IGNORED_SETTINGS
-            ):
+            if {name, name.removesuffix("_seconds")} & FIFO_IGNORED_SETTINGS:
                 field.help_text = f"{field.help_text} las and gittins only: fifo ignores it."
 
     def changes(self) -> dict[str, Any]:

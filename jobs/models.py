@@ -137,6 +137,15 @@ class Allocation(models.Model):
                 name="allocation_ends_after_start",
             ),
         ]
+        indexes = [
+            # Every round reads the few ended-but-unreleased rows (busy GPUs) and every poll
+            # releases them: without this they would scan the whole allocation history.
+            models.Index(
+                fields=["ended_at"],
+                condition=Q(ended_at__isnull=False, released_at__isnull=True),
+                name="allocation_unreleased",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt} on device {self.device_id}"

@@ -379,7 +379,7 @@ def job_cancel(*, job_id: int, by: User) -> Job:
             if tries == CANCEL_TRIES:
                 raise
             continue
-        round_request_on_commit()  # its devices (if any) are free for the next job
+        round_request_on_commit()  # its GPUs are free now (or once the poll has stopped it)
         return cancelled
 
 
@@ -608,6 +608,20 @@ def job_mark_lost(*, job_id: int, message: str, attempt: int | None = None) -> J
         at_attempt=attempt,
         reason=message,
     )
+
+
+def jobs_lost_requeue() -> list[int]:
+    """Requeue jobs left LOST: nothing else reads that state (a worker that died between
+    LOST and PENDING before both were one transaction left some). Returns their ids;
+    the liveness sweep calls it."""
+    requeued = []
+    for job_id in Job.objects.filter(state=JobState.LOST).values_list("pk", flat=True):
+        try:
+            job_requeue(job_id=job_id, message="Requeued: it was left lost.")
+        except ApplicationError:
+            continue  # cancelled or requeued meanwhile
+        requeued.append(job_id)
+    return requeued
 
 
 def jobs_time_out(*, now: datetime) -> list[int]:

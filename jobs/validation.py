@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from config.text_guards import text_problem
+
 # Docker/OCI image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest]
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -57,8 +59,8 @@ def command_errors(command: Any) -> list[str]:
     for position, argument in enumerate(command):
         if not isinstance(argument, str):
             errors.append(f"Argument {position} is not a string.")
-        elif "\x00" in argument:
-            errors.append(f"Argument {position} contains a NUL byte.")
+        elif (problem := text_problem(argument)) is not None:
+            errors.append(f"Argument {position} {problem}.")
         elif len(argument) > MAX_ARG_LENGTH:
             errors.append(f"Argument {position} is longer than {MAX_ARG_LENGTH} characters.")
     if not errors and not command[0].strip():
@@ -79,8 +81,8 @@ def env_errors(env: Any) -> list[str]:
             errors.append(f"{name} is set by gpulab itself and cannot be overridden.")
         elif not isinstance(value, str):
             errors.append(f"The value of {name} is not a string.")
-        elif "\x00" in value:
-            errors.append(f"The value of {name} contains a NUL byte.")
+        elif (problem := text_problem(value)) is not None:
+            errors.append(f"The value of {name} {problem}.")
         elif len(value) > MAX_ENV_VALUE_LENGTH:
             errors.append(f"The value of {name} is longer than {MAX_ENV_VALUE_LENGTH} characters.")
     return errors

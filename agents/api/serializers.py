@@ -6,10 +6,10 @@ import math
 
 from rest_framework import serializers
 
+from ..models import PG_INT_MAX
+
 MAX_GPUS = 64
 MAX_PROCESSES = 256
-# PostgreSQL's integer: memory, counters and ids past it were a 500 (DataError).
-PG_INT_MAX = 2**31 - 1
 
 
 class ProcessInput(serializers.Serializer):

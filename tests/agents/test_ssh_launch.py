@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
+from agents import services
 from agents.selectors import live_attempts_on_node
 from agents.services import (
     _stop_attempt,
@@ -277,3 +278,30 @@ def test_a_cancelled_jobs_gpu_takes_no_new_job_until_the_poll_has_stopped_it(
 
     assert not _alive(pgid)
     assert Job.objects.get(pk=waiting.pk).state == JobState.STARTING
+
+
+def test_a_job_cancelled_while_the_poll_runs_keeps_its_gpu_busy_until_the_next_poll(
+    ssh_node: Node, ssh_settings: Path, owner, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # The poll had listed what runs on the node before the cancel: releasing every ended
+    # allocation afterwards would have freed a GPU its process still held.
+    job = started_job(ssh_node, command=CHECKPOINTING, owner=owner)
+    agent_launch(job_id=job.pk, attempt=job.attempt)
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "ready\n")
+    pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
+    real_stop_stale = services._stop_stale
+
+    def cancelled_meanwhile(session, **kwargs):  # type: ignore[no-untyped-def]
+        stopped = real_stop_stale(session, **kwargs)
+        job_cancel(job_id=job.pk, by=owner)
+        return stopped
+
+    monkeypatch.setattr(services, "_stop_stale", cancelled_meanwhile)
+    agent_node_poll(node_id=ssh_node.pk)
+
+    assert _alive(pgid)
+    assert job.allocations.get().released_at is None
+    monkeypatch.setattr(services, "_stop_stale", real_stop_stale)
+    agent_node_poll(node_id=ssh_node.pk)
+    assert not _alive(pgid)
+    assert job.allocations.get().released_at is not None
