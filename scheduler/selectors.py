@@ -2,19 +2,43 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from jobs.models import Allocation
 from scheduler.core.types import PlacementKind, SchedulerSettings
 
 from .choices import RoundOutcome
-from .models import SchedulerConfig, SchedulingRound
+from .models import MAX_PREEMPTION_GRACE_SECONDS, SchedulerConfig, SchedulingRound
+
+# The poll (every 10 s) stops a cancelled attempt within the preemption grace; far past
+# the longest grace the node is not answering, and its liveness (SUSPECT, DOWN) takes over.
+STOP_CONFIRM_TIMEOUT_SECONDS = MAX_PREEMPTION_GRACE_SECONDS + 600
 
 
 def scheduler_config_get() -> SchedulerConfig:
     """The settings row, created with the defaults on first use."""
     config, _ = SchedulerConfig.objects.get_or_create(pk=1)
     return config
+
+
+def devices_stopping(*, now: datetime) -> set[int]:
+    """Devices a cancelled or timed-out attempt may still be running on (Slurm's COMPLETING).
+
+    The job let go of them, but until the node poll has stopped its process
+    (`Allocation.released_at`) no new job may share the GPU with it. Bounded, so a node
+    whose poll never answers does not hold its GPUs for ever; demo nodes free them at once.
+    """
+    return set(
+        Allocation.objects.filter(
+            ended_at__isnull=False,
+            released_at__isnull=True,
+            ended_at__gte=now - timedelta(seconds=STOP_CONFIRM_TIMEOUT_SECONDS),
+            device__node__simulated=False,
+        ).values_list("device_id", flat=True)
+    )
 
 
 def scheduler_settings_from(config: SchedulerConfig) -> SchedulerSettings:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings as django_settings
 
@@ -38,14 +38,11 @@ from scheduler.core.types import (
 from scheduler.core.types import Device as DeviceView
 from scheduler.core.types import Job as JobView
 from scheduler.core.types import Node as NodeView
-from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
+from scheduler.selectors import devices_stopping
 
 # Jobs the policy reasons about. PREEMPTING jobs still hold their devices while they
 # checkpoint, so their devices are busy, but the policy may not start or preempt them.
 SNAPSHOT_STATES = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
-# The poll (every 10 s) stops a cancelled attempt within the preemption grace; far past
-# the longest grace the node is not answering, and its liveness (SUSPECT, DOWN) takes over.
-STOP_CONFIRM_TIMEOUT_SECONDS = MAX_PREEMPTION_GRACE_SECONDS + 600
 
 
 @dataclass(frozen=True)
@@ -92,17 +89,7 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         for name, state in Node.objects.values_list("name", "state")
     )
 
-    # Devices a cancelled or timed-out attempt may still be running on until the node poll
-    # has stopped it (`Allocation.released_at`): busy, so no new job shares the GPU with it.
-    # Bounded, so a node whose poll never answers does not hold its GPUs for ever.
-    stopping = set(
-        Allocation.objects.filter(
-            ended_at__isnull=False,
-            released_at__isnull=True,
-            ended_at__gte=now - timedelta(seconds=STOP_CONFIRM_TIMEOUT_SECONDS),
-            device__node__simulated=False,
-        ).values_list("device_id", flat=True)
-    )
+    stopping = devices_stopping(now=now)  # busy until their old process is confirmed gone
 
     held: dict[int, list[int]] = defaultdict(list)
     held_since: dict[int, float] = {}

@@ -20,6 +20,12 @@ class DeviceOutput(serializers.Serializer):
     device_type = serializers.CharField()
     model_name = serializers.CharField()
     allocated = serializers.BooleanField(help_text="Held by a starting, running or stopping job.")
+    stopping = serializers.BooleanField(
+        help_text=(
+            "Let go of by a cancelled or timed-out job whose process the node has not yet "
+            "been seen to stop; nothing new starts on it until then."
+        )
+    )
     mine = serializers.BooleanField(help_text="Held by one of the caller's jobs.")
     job_id = serializers.IntegerField(
         allow_null=True,
@@ -54,8 +60,11 @@ class NodeOutput(serializers.Serializer):
 
 
 class CountsOutput(serializers.Serializer):
-    total = serializers.IntegerField(help_text="GPUs in all; the four parts below add up to it.")
+    total = serializers.IntegerField(help_text="GPUs in all; the five parts below add up to it.")
     allocated = serializers.IntegerField(help_text="Held by a job.")
+    stopping = serializers.IntegerField(
+        help_text="Not held, but an ended job's process on it is still being stopped."
+    )
     free = serializers.IntegerField(help_text="Not held, on an up node.")
     out_of_service = serializers.IntegerField(help_text="Not held, on a down or drained node.")
     held_back = serializers.IntegerField(help_text="Not held, on a suspect or draining node.")

@@ -23,6 +23,7 @@ from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, Node
 from jobs.choices import HOLDING_STATES
 from jobs.models import Allocation
+from scheduler.selectors import devices_stopping
 
 # The freshness the utilization aggregates use too: an older reading is "no reading".
 from ..services import FRESH_READING
@@ -59,6 +60,9 @@ class DeviceCell:
     device_type: str
     model_name: str
     allocated: bool
+    # Let go of by a cancelled or timed-out job whose process the node has not yet been
+    # seen to stop: the scheduler starts nothing here until it has (Slurm's COMPLETING).
+    stopping: bool
     mine: bool
     job_id: int | None
     job_owner: str | None
@@ -110,15 +114,17 @@ class NodeRow:
 
 @dataclass(frozen=True)
 class ClusterCounts:
-    """GPUs split four ways; the parts add up to `total`.
+    """GPUs split five ways; the parts add up to `total`.
 
-    `allocated`: held by a job, wherever. Of the rest, `free` are on UP nodes (the scheduler
-    can start work there), `out_of_service` on DOWN or DRAINED nodes, and `held_back` on
-    SUSPECT or DRAINING nodes (no new work starts there for now).
+    `allocated`: held by a job, wherever; `stopping`: let go of by a job whose process is
+    still being stopped. Of the rest, `free` are on UP nodes (the scheduler can start work
+    there), `out_of_service` on DOWN or DRAINED nodes, and `held_back` on SUSPECT or
+    DRAINING nodes (no new work starts there for now).
     """
 
     total: int
     allocated: int
+    stopping: int
     free: int
     out_of_service: int
     held_back: int
@@ -182,7 +188,8 @@ def _health_problems(*, now: datetime) -> dict[int, list[str]]:
 def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOverview:
     """Every node with its devices, redacted for `viewer`, and the GPU counts.
 
-    1. Nodes, devices (with their type) and live allocations (with job owner): three reads.
+    1. Nodes, devices (with their type), live allocations (with job owner) and devices
+       still stopping an ended job's process: four reads.
     2. The newest reading of each device from the last FRESH_READING, and the Xid/ECC
        faults of the last HEALTH_WINDOW: two reads.
     3. Each device cell shows the holding job only to an admin or to the job's owner.
@@ -202,10 +209,11 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
             ended_at__isnull=True, job__state__in=HOLDING_STATES
         ).values_list("device_id", "job_id", "job__owner_id", "job__owner__username")
     }
+    stopping = devices_stopping(now=now)
     readings = _latest_readings(now=now)
     problems = _health_problems(now=now)
 
-    total = allocated = free = out_of_service = held_back = 0
+    total = allocated = stopping_count = free = out_of_service = held_back = 0
     rows = []
     for node in nodes:
         cells = []
@@ -222,6 +230,7 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
                     device_type=device.device_type.name,
                     model_name=device.model_name,
                     allocated=holder is not None,
+                    stopping=holder is None and device.pk in stopping,
                     mine=mine,
                     job_id=holder[0] if visible else None,
                     job_owner=holder[2] if visible else None,
@@ -238,6 +247,8 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
             total += 1
             if holder is not None:
                 allocated += 1
+            elif device.pk in stopping:
+                stopping_count += 1
             elif node.state == NodeState.UP:
                 free += 1
             elif node.state in OUT_OF_SERVICE_STATES:
@@ -267,6 +278,7 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
         counts=ClusterCounts(
             total=total,
             allocated=allocated,
+            stopping=stopping_count,
             free=free,
             out_of_service=out_of_service,
             held_back=held_back,

@@ -79,6 +79,29 @@ def test_the_page_shows_every_node_its_devices_and_the_gpu_counts(lab_admin, sma
 
 
 @pytest.mark.django_db
+def test_a_gpu_whose_ended_jobs_process_is_not_yet_stopped_shows_as_stopping_not_free(
+    owner, small_cluster
+):
+    gpu = device(small_cluster, "a0", 0)
+    job = hold(owner, [gpu])
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)
+    Allocation.objects.filter(job=job).update(ended_at=timezone.now())  # not released yet
+
+    response = logged_in(owner).get(CLUSTER)
+
+    counts = response.context["counts"]
+    assert (counts.allocated, counts.stopping, counts.free) == (0, 1, 9)
+    cell = response.context["nodes"][0].devices[0]
+    assert (cell.allocated, cell.stopping) == (False, True)
+    assert "stopping an ended job" in response.content.decode()
+
+    # Once the node poll has seen the process gone, the GPU is free again.
+    Allocation.objects.filter(job=job).update(released_at=timezone.now())
+    counts = logged_in(owner).get(CLUSTER).context["counts"]
+    assert (counts.stopping, counts.free) == (0, 10)
+
+
+@pytest.mark.django_db
 def test_a_device_shows_its_newest_recent_reading_or_no_reading(owner, small_cluster):
     busy = device(small_cluster, "a0", 0)
     reading(busy, pct=20, ago_s=90)

@@ -60,6 +60,7 @@ def test_the_cluster_api_lists_nodes_devices_readings_and_counts(
     assert body["counts"] == {
         "total": 10,
         "allocated": 1,
+        "stopping": 0,
         "free": 7,
         "out_of_service": 2,
         "held_back": 0,
