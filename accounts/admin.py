@@ -10,9 +10,21 @@ from .services import api_token_revoke
 
 
 class DeviceTypeQuotaInline(admin.TabularInline):
+    """Shown, not edited: per-type caps change on the audited quota editor too."""
+
     model = DeviceTypeQuota
     extra = 0
     fk_name = "user"
+    readonly_fields = ["device_type", "max_gpus"]
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 class GroupDeviceTypeQuotaInline(DeviceTypeQuotaInline):

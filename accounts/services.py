@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -13,10 +14,11 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from cluster.models import DeviceType
 from config.errors import NotFound, ValidationFailed
 
 from .choices import Role
-from .models import ApiToken, AuditEntry, LabGroup, User
+from .models import ApiToken, AuditEntry, DeviceTypeQuota, LabGroup, User
 
 TOKEN_PREFIX = "gpl_"
 
@@ -129,13 +131,36 @@ WEIGHT_MIN = 0.001
 WEIGHT_MAX = 1_000_000.0
 
 
+# "max_gpus[a100]": the cap on GPUs of one device type at once (DeviceTypeQuota), next to
+# the overall `max_gpus`. The field names the type, so the audit log reads the same way.
+_TYPE_QUOTA_FIELD = re.compile(r"max_gpus\[(?P<device_type>[-a-zA-Z0-9_]{1,32})\]")
+
+
+def type_quota_field(device_type_name: str) -> str:
+    """The quota field of one device type's cap: 'a100' -> 'max_gpus[a100]'."""
+    return f"max_gpus[{device_type_name}]"
+
+
 def _quota_values_validate(changes: Mapping[str, Any]) -> dict[str, Any]:
     """Check every proposed quota value; raise ValidationFailed naming each bad field."""
     errors: dict[str, list[str]] = {}
     clean: dict[str, Any] = {}
+    type_fields = {
+        field: match["device_type"]
+        for field in changes
+        if (match := _TYPE_QUOTA_FIELD.fullmatch(field)) is not None
+    }
+    known_types = set(
+        DeviceType.objects.filter(name__in=type_fields.values()).values_list("name", flat=True)
+    )
     for field, value in changes.items():
-        if field not in QUOTA_FIELDS:
-            errors[field] = [f"Unknown field; choose from: {', '.join(QUOTA_FIELDS)}."]
+        if field in type_fields and type_fields[field] not in known_types:
+            errors[field] = [f"No GPU type is named {type_fields[field]!r}."]
+        elif field not in QUOTA_FIELDS and field not in type_fields:
+            errors[field] = [
+                f"Unknown field; choose from: {', '.join(QUOTA_FIELDS)}, "
+                "or max_gpus[<GPU type>] for one type's cap."
+            ]
         elif field == "weight":
             # bool is an int subclass: True must not silently become weight 1.
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -176,18 +201,51 @@ def _quota_update(
         account = model.objects.select_for_update(no_key=True).filter(pk=pk).first()
         if account is None:
             raise NotFound(f"No {kind.label.lower()} with id {pk}.")
+        owner = {"user": account} if isinstance(account, User) else {"group": account}
+        type_caps = {
+            type_quota_field(name): (quota_id, cap)
+            for quota_id, name, cap in DeviceTypeQuota.objects.filter(**owner).values_list(
+                "id", "device_type__name", "max_gpus"
+            )
+        }
+        current = {field: getattr(account, field) for field in QUOTA_FIELDS}
+        current.update((field, cap) for field, (_, cap) in type_caps.items())
         changed = {
-            field: (getattr(account, field), value)
+            field: (current.get(field), value)
             for field, value in values.items()
-            if getattr(account, field) != value
+            if current.get(field) != value
         }
         if not changed:
             return []
-        for field, (_, value) in changed.items():
-            setattr(account, field, value)
-        account.save(update_fields=list(changed))
+        plain = [field for field in changed if field in QUOTA_FIELDS]
+        for field in plain:
+            setattr(account, field, changed[field][1])
+        if plain:
+            account.save(update_fields=plain)
+        _type_caps_write(owner=owner, existing=type_caps, changed=changed)
         name = account.username if isinstance(account, User) else account.name
         return audit_entries_write(actor=actor, target_kind=kind, target_name=name, changes=changed)
+
+
+def _type_caps_write(
+    *,
+    owner: Mapping[str, User | LabGroup],
+    existing: Mapping[str, tuple[int, int]],
+    changed: Mapping[str, tuple[Any, Any]],
+) -> None:
+    """Apply the changed per-type caps: None removes the cap, a number sets it."""
+    for field, (_, new) in changed.items():
+        match = _TYPE_QUOTA_FIELD.fullmatch(field)
+        if match is None:
+            continue  # a plain quota field
+        if new is None:
+            DeviceTypeQuota.objects.filter(pk=existing[field][0]).delete()
+        else:
+            DeviceTypeQuota.objects.update_or_create(
+                **owner,
+                device_type=DeviceType.objects.get(name=match["device_type"]),
+                defaults={"max_gpus": new},
+            )
 
 
 def user_quota_update(*, actor: User, user_id: int, changes: Mapping[str, Any]) -> list[AuditEntry]:
@@ -195,7 +253,8 @@ def user_quota_update(*, actor: User, user_id: int, changes: Mapping[str, Any]) 
 
     1. Only lab admins may (PermissionDenied otherwise).
     2. Every value is checked: weight a finite number > 0; each limit None (no limit) or a
-       whole number >= 0. Any bad field raises ValidationFailed naming it, and nothing is saved.
+       whole number >= 0. `max_gpus[<type>]` caps the GPUs of one device type (None removes
+       the cap). Any bad field raises ValidationFailed naming it, and nothing is saved.
     3. Only fields whose value differs are written, each with one audit entry, atomically.
        Nothing changed -> no write and no entry (an empty list).
     """

@@ -7,12 +7,14 @@ shows the errors next to their field.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, timedelta
 from typing import Any
 
 from django import forms
 from django.utils import timezone
 
+from accounts.services import type_quota_field
 from scheduler.models import SchedulerConfig
 from scheduler.policies.fifo import FIFO_IGNORED_SETTINGS
 from scheduler.settings_services import EDITABLE_FIELDS
@@ -40,6 +42,17 @@ class QuotaForm(forms.Form):
     max_pending_jobs = forms.IntegerField(
         required=False, min_value=0, help_text="Empty = no limit."
     )
+
+    def __init__(self, *args: Any, type_names: Sequence[str] = (), **kwargs: Any) -> None:
+        """One more input per GPU type in `type_names`: that type's own cap."""
+        super().__init__(*args, **kwargs)
+        for type_name in type_names:
+            self.fields[type_quota_field(type_name)] = forms.IntegerField(
+                required=False,
+                min_value=0,
+                label=f"Max {type_name} GPUs",
+                help_text=f"{type_name} GPUs in use at once; empty = no limit of its own.",
+            )
 
     def clean_weight(self) -> float:
         weight = self.cleaned_data["weight"]

@@ -21,7 +21,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts.models import AuditEntry, LabGroup, User
-from accounts.services import QUOTA_FIELDS, group_quota_update, user_quota_update
+from accounts.services import (
+    QUOTA_FIELDS,
+    group_quota_update,
+    type_quota_field,
+    user_quota_update,
+)
+from cluster.models import DeviceType
 from config.errors import ValidationFailed
 from scheduler.selectors import scheduler_config_get
 from scheduler.settings_services import EDITABLE_FIELDS, scheduler_config_update
@@ -110,15 +116,22 @@ def _quota_edit(
     name: str,
     update: Callable[[dict[str, Any]], list[AuditEntry]],
 ) -> HttpResponse:
+    type_names = list(DeviceType.objects.order_by("name").values_list("name", flat=True))
+    initial: dict[str, Any] = {field: getattr(account, field) for field in QUOTA_FIELDS}
+    initial.update(
+        (type_quota_field(type_name), cap)
+        for type_name, cap in account.type_quotas.values_list("device_type__name", "max_gpus")
+    )
     form = QuotaForm(
         request.POST if request.method == "POST" else None,
-        initial={field: getattr(account, field) for field in QUOTA_FIELDS},
+        initial=initial,
+        type_names=type_names,
     )
     status = 200
     if request.method == "POST":
         if form.is_valid():
             try:
-                entries = update({field: form.cleaned_data[field] for field in QUOTA_FIELDS})
+                entries = update(dict(form.cleaned_data))
             except ValidationFailed as exc:
                 _errors_to_form(form, exc)
             else:

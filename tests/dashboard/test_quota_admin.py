@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from accounts.models import AuditEntry, LabGroup, User
+from accounts.models import AuditEntry, DeviceTypeQuota, LabGroup, User
 from accounts.services import group_quota_update, user_quota_update
 from config.errors import NotFound, ValidationFailed
 from tests.dashboard.helpers import logged_in
@@ -304,3 +304,69 @@ def test_the_django_admin_shows_the_log_read_only(owner, lab_admin):
     assert client.post(f"/admin/accounts/auditentry/{entry.pk}/delete/").status_code == 403
     page = client.get(f"/admin/accounts/auditentry/{entry.pk}/change/")
     assert page.status_code == 200 and b'name="field"' not in page.content
+
+
+# ----------------------------------------------------------------------------- per-type caps
+
+
+@pytest.mark.django_db
+def test_a_gpu_types_own_cap_is_set_and_cleared_on_the_editor_with_an_audit_entry(
+    vision, lab_admin, small_cluster
+):
+    client = logged_in(lab_admin)
+    page = f"/manage/quotas/groups/{vision.pk}/"
+    assert "Max a100 GPUs" in client.get(page).content.decode()
+
+    response = client.post(page, {"weight": "2", **BLANK_LIMITS, "max_gpus[a100]": "3"})
+
+    assert response.status_code == 302
+    cap = DeviceTypeQuota.objects.get(group=vision)
+    assert (cap.device_type.name, cap.max_gpus) == ("a100", 3)
+    assert client.get(page).context["form"].initial["max_gpus[a100]"] == 3
+
+    client.post(page, {"weight": "2", **BLANK_LIMITS, "max_gpus[a100]": ""})
+
+    assert not DeviceTypeQuota.objects.exists()
+    assert [(e.field, e.old_value, e.new_value) for e in AuditEntry.objects.order_by("id")] == [
+        ("max_gpus[a100]", "", "3"),
+        ("max_gpus[a100]", "3", ""),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_bad_type_cap_names_its_field_and_saves_nothing(owner, lab_admin, small_cluster):
+    response = logged_in(lab_admin).post(
+        f"/manage/quotas/users/{owner.pk}/",
+        {"weight": "4", **BLANK_LIMITS, "max_gpus[v100]": "-2"},
+    )
+
+    assert response.status_code == 400
+    assert list(response.context["form"].errors) == ["max_gpus[v100]"]
+    owner.refresh_from_db()
+    assert owner.weight == 1.0
+    assert not DeviceTypeQuota.objects.exists() and not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_service_refuses_a_cap_on_a_gpu_type_that_does_not_exist(owner, lab_admin):
+    with pytest.raises(ValidationFailed) as caught:
+        user_quota_update(
+            actor=lab_admin, user_id=owner.pk, changes={"weight": 3, "max_gpus[h900]": 2}
+        )
+
+    assert list(caught.value.errors) == ["max_gpus[h900]"]
+    owner.refresh_from_db()
+    assert owner.weight == 1.0
+
+
+@pytest.mark.django_db
+def test_the_django_admin_shows_type_caps_but_cannot_change_them(owner, lab_admin, small_cluster):
+    user_quota_update(actor=lab_admin, user_id=owner.pk, changes={"max_gpus[a100]": 2})
+    client = Client()
+    client.force_login(User.objects.create_superuser("super", password="pw-super-123"))
+
+    page = client.get(f"/admin/accounts/user/{owner.pk}/change/").content.decode()
+
+    assert "a100" in page
+    assert 'name="type_quotas-0-max_gpus"' not in page
+    assert 'name="type_quotas-__prefix__-max_gpus"' not in page  # no "add another" row
