@@ -24,7 +24,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from accounts.services import token_digest
-from cluster.choices import NodeState
+from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, DeviceType, Node
 from cluster.services import node_drain
 from config.errors import Conflict, NotFound
@@ -48,18 +48,41 @@ RAW_RETENTION = timedelta(hours=24)
 MINUTE_RETENTION = timedelta(days=30)
 TOKEN_PREFIX = "gpn_"
 
+# Xid codes a user's own program causes (NVIDIA's Xid catalog: "application errors";
+# NVIDIA's Kubernetes device plugin skips the same ones): the GPU is still healthy, so
+# they are recorded and shown but do not drain the node, or any student could drain any
+# node with an out-of-bounds kernel. 13 graphics engine exception, 31 GPU memory page
+# fault, 43 GPU stopped processing, 45 preemptive cleanup, 68 video processor exception.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
 
-def node_agent_token_create(*, node_id: int) -> tuple[NodeAgentToken, str]:
-    """A new agent token for the node (older ones revoked); the key is shown only once."""
+
+def node_agent_token_create(
+    *, node_id: int, revoke_others: bool = True
+) -> tuple[NodeAgentToken, str]:
+    """A new agent token for the node; the key is shown only once.
+
+    Older tokens are revoked with it, unless `revoke_others` is False: the bootstrap keeps
+    the running agent's token until the new agent has started (`node_agent_tokens_replaced`).
+    """
     if not Node.objects.filter(pk=node_id).exists():
         raise NotFound(f"Node {node_id} does not exist.")
     key = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
-        NodeAgentToken.objects.filter(node_id=node_id, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+        if revoke_others:
+            NodeAgentToken.objects.filter(node_id=node_id, revoked_at__isnull=True).update(
+                revoked_at=timezone.now()
+            )
         token = NodeAgentToken.objects.create(node_id=node_id, digest=token_digest(key))
     return token, key
+
+
+def node_agent_tokens_replaced(*, token: NodeAgentToken) -> int:
+    """`token` is now the node's only live one: revoke the others. Returns how many."""
+    return (
+        NodeAgentToken.objects.filter(node_id=token.node_id, revoked_at__isnull=True)
+        .exclude(pk=token.pk)
+        .update(revoked_at=timezone.now())
+    )
 
 
 def node_agent_tokens_revoke(*, token_ids: Iterable[int]) -> int:
@@ -107,6 +130,13 @@ def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> 
     devices: dict[str, Device] = {}
     for gpu in gpus:
         uuid, index, name = gpu["uuid"], gpu["index"], gpu["name"][:128]
+        if gpu["lost"]:
+            # Nothing about it can be read (not even its memory): only a GPU already
+            # registered here is known, as it was; the fault drains the node.
+            lost = Device.objects.filter(node=node, uuid=uuid).first()
+            if lost is not None:
+                devices[uuid] = lost
+            continue
         device = Device.all_objects.select_related("node").filter(uuid=uuid).first()
         if device is not None and device.node_id != node.pk:
             _check_movable(device, to_node=node)
@@ -168,7 +198,13 @@ def _check_movable(device: Device, *, to_node: Node) -> None:
 
 
 def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, Device]) -> str:
-    """Why the node must drain, or "": an Xid error, or uncorrected ECC errors that grew."""
+    """Why the node must drain, or "".
+
+    A GPU NVML lost; a hardware Xid error (not one of APPLICATION_XIDS); uncorrected ECC
+    errors that grew; or a GPU registered here that the agent no longer reports at all
+    (fallen off the bus before the agent started, or removed: Slurm drains a node whose
+    GPU count drops the same way; an admin retires a removed GPU in the Django admin).
+    """
     # Few GPUs per node: one indexed query each for the last ECC count.
     previous = {
         device.pk: GpuSample.objects.filter(device=device)
@@ -179,13 +215,25 @@ def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, 
     }
     faults = []
     for gpu in gpus:
-        device = devices[gpu["uuid"]]
-        if gpu["xid_errors"]:
-            codes = ", ".join(str(code) for code in gpu["xid_errors"])
-            faults.append(f"Xid {codes} on GPU {gpu['index']} ({gpu['uuid']})")
-        ecc, before = gpu["ecc_uncorrected"], previous.get(device.pk)
+        where = f"GPU {gpu['index']} ({gpu['uuid']})"
+        codes = ", ".join(str(code) for code in gpu["xid_errors"])
+        if gpu["lost"]:
+            seen = f" (Xid {codes})" if codes else ""
+            faults.append(f"{where} is lost: NVML cannot reach it{seen}")
+            continue
+        if any(code not in APPLICATION_XIDS for code in gpu["xid_errors"]):
+            faults.append(f"Xid {codes} on {where}")
+        ecc, before = gpu["ecc_uncorrected"], previous.get(devices[gpu["uuid"]].pk)
         if ecc and ecc > (before or 0):
-            faults.append(f"{ecc} uncorrected ECC errors on GPU {gpu['index']} ({gpu['uuid']})")
+            faults.append(f"{ecc} uncorrected ECC errors on {where}")
+    reported = {gpu["uuid"] for gpu in gpus}
+    for index, uuid in (
+        Device.objects.filter(node=node, kind=DeviceKind.GPU)
+        .exclude(uuid__in=reported)
+        .order_by("index")
+        .values_list("index", "uuid")
+    ):
+        faults.append(f"GPU {index} ({uuid}) is missing from the agent's report")
     return "; ".join(faults)
 
 
@@ -229,6 +277,7 @@ def agent_heartbeat_record(
                 xid_errors=gpu["xid_errors"],
             )
             for gpu in gpus
+            if not gpu["lost"]  # no readings; the drain reason says what happened
         )
         JobGpuSample.objects.bulk_create(_job_samples(gpus, devices, now))
         progress_recorded = _record_progress(node, heartbeat.get("jobs", []), now)
@@ -240,16 +289,32 @@ def agent_heartbeat_record(
         ):
             logger.warning("Draining node %s: %s", node.name, fault)
             node_drain(node_id=node.pk, reason=fault)
-        if needs_reconcile and ssh_dispatch_enabled():
-            from .tasks import node_return_reconcile_task
-
-            transaction.on_commit(lambda: node_return_reconcile_task.delay(node_id=node.pk))
+        _reconcile_on_commit(node, needs_reconcile)
     return {
         "recorded_gpus": len(gpus),
         "recorded_progress": progress_recorded,
         "drained": bool(fault),
         "reconcile": needs_reconcile,
     }
+
+
+def agent_heartbeat_refused(*, node: Node, errors: Any, now: datetime | None = None) -> None:
+    """A heartbeat whose payload was refused (400) still shows the node and its agent are up.
+
+    Its readings are not stored, but its liveness is: a node must not go DOWN, and its
+    running jobs be requeued, because its agent and the control plane disagree on a field
+    (an agent older or newer than the server, a reading out of range).
+    """
+    logger.warning("Heartbeat of node %s refused: %s", node.name, errors)
+    with transaction.atomic():
+        _reconcile_on_commit(node, node_heartbeat_seen(node_id=node.pk, now=now))
+
+
+def _reconcile_on_commit(node: Node, needs_reconcile: bool) -> None:
+    if needs_reconcile and ssh_dispatch_enabled():
+        from .tasks import node_return_reconcile_task
+
+        transaction.on_commit(lambda: node_return_reconcile_task.delay(node_id=node.pk))
 
 
 def _job_samples(
@@ -263,6 +328,8 @@ def _job_samples(
     }
     samples = []
     for gpu in gpus:
+        if gpu["lost"]:
+            continue
         device = devices[gpu["uuid"]]
         memory: dict[tuple[int, int], int] = defaultdict(int)
         for process in gpu["processes"]:
@@ -288,20 +355,32 @@ def _job_samples(
 def _record_progress(node: Node, readings: list[dict[str, Any]], now: datetime) -> int:
     """Fold progress readings into each attempt's JobProgress row; how many were taken.
 
-    A reading counts only for an attempt with a live allocation on this node (an agent may
-    not report for jobs elsewhere), from one node per attempt, and is tied to the attempt's
-    device type when all its devices, on any node, are of one type. A count lower than the
-    last one means the job restarted its counter within the attempt: the rate then starts
-    again from there.
+    A reading counts only if it was taken through a GPU of this node that the attempt
+    holds (`gpu_uuid`): an agent may not report for jobs elsewhere, and a process that
+    claims another job's identity in its environment, on a GPU that job does not hold,
+    cannot report for it. Of an attempt's readings, the one through its lowest device
+    counts; from one node per attempt. It is tied to the attempt's device type when all
+    its devices, on any node, are of one type. A count lower than the last one means the
+    job restarted its counter within the attempt: the rate then starts again from there.
     """
+    readings = [reading for reading in readings if reading.get("gpu_uuid")]
     if not readings:
         return 0
-    wanted = {(reading["job_id"], reading["attempt"]): reading["progress"] for reading in readings}
-    here = set(
-        Allocation.objects.filter(
-            ended_at__isnull=True, device__node=node, job_id__in={job for job, _ in wanted}
-        ).values_list("job_id", "attempt")
-    )
+    held = {
+        (job_id, attempt, uuid): device_id
+        for job_id, attempt, uuid, device_id in Allocation.objects.filter(
+            ended_at__isnull=True,
+            device__node=node,
+            job_id__in={reading["job_id"] for reading in readings},
+        ).values_list("job_id", "attempt", "device__uuid", "device_id")
+    }
+    wanted: dict[tuple[int, int], tuple[int, float]] = {}  # attempt -> (device id, progress)
+    for reading in readings:
+        device_id = held.get((reading["job_id"], reading["attempt"], reading["gpu_uuid"]))
+        key = (reading["job_id"], reading["attempt"])
+        if device_id is not None and device_id < wanted.get(key, (device_id + 1, 0.0))[0]:
+            wanted[key] = (device_id, reading["progress"])
+    here = set(wanted)
     types: dict[tuple[int, int], set[int]] = defaultdict(set)
     # An attempt spread over nodes is measured from one of them only (the node of its
     # lowest device): its ranks may count differently, and readings alternating between
@@ -318,7 +397,7 @@ def _record_progress(node: Node, readings: list[dict[str, Any]], now: datetime) 
     for key in sorted(here & wanted.keys()):
         if first_device[key][1] != node.pk:
             continue
-        progress = wanted[key]
+        progress = wanted[key][1]
         type_ids = types[key]
         row = JobProgress.objects.select_for_update().filter(job_id=key[0], attempt=key[1]).first()
         if row is None:

@@ -2,8 +2,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from config.errors import Conflict
+
 from .models import Device, DeviceType, Node
-from .services import node_drain, node_undrain
+from .services import device_retire, node_drain, node_undrain
 
 
 class DeviceInline(admin.TabularInline):
@@ -80,7 +82,19 @@ class DeviceAdmin(admin.ModelAdmin):
     ]
     list_filter = ["kind", "device_type", "node", ("retired_at", admin.EmptyFieldListFilter)]
     search_fields = ["uuid", "model_name", "node__name"]
-    readonly_fields = ["retired_at"]  # set by heartbeats when another GPU takes the slot
+    # Set by heartbeats when another GPU takes the slot, or by the action below.
+    readonly_fields = ["retired_at"]
+    actions = ["retire"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Device]:
         return Device.all_objects.select_related("node", "device_type")  # retired ones too
+
+    @admin.action(description="Retire: the GPU was removed from its node")
+    def retire(self, request: HttpRequest, queryset: QuerySet[Device]) -> None:
+        for device in queryset:
+            try:
+                device_retire(device_id=device.pk)
+            except Conflict as exc:
+                self.message_user(request, str(exc), level=messages.ERROR)
+            else:
+                self.message_user(request, f"Retired {device}.")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
+
+from config.errors import Conflict, NotFound
 
 from .choices import DeviceKind, NodeState, Runtime
 from .models import Device, DeviceType, Node
@@ -111,3 +115,24 @@ def node_undrain(*, node_id: int) -> Node:
         state=NodeState.UP, state_reason=""
     )
     return Node.objects.get(pk=node_id)
+
+
+def device_retire(*, device_id: int, now: datetime | None = None) -> Device:
+    """The GPU was taken out of its node: never scheduled again, its history kept.
+
+    Refused (Conflict) while a job still holds it. A GPU the agent reports again later
+    comes back into service by itself (heartbeats register GPUs by UUID).
+    """
+    from jobs.models import Allocation  # jobs depends on cluster at import time
+
+    with transaction.atomic():
+        # Locked: the check and the retirement are one step for concurrent writers.
+        device = Device.all_objects.select_for_update().filter(pk=device_id).first()
+        if device is None:
+            raise NotFound(f"Device {device_id} does not exist.")
+        if Allocation.objects.filter(device=device, ended_at__isnull=True).exists():
+            raise Conflict(f"{device} is allocated to a job; retire it once the job has ended.")
+        if device.retired_at is None:
+            device.retired_at = now or timezone.now()
+            device.save(update_fields=["retired_at"])
+    return device

@@ -23,10 +23,16 @@ class ProcessInput(serializers.Serializer):
     )
 
 
+GPU_UUID = r"^[A-Za-z0-9-]{1,64}$"
+
+
 class GpuInput(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=MAX_GPUS - 1)
-    uuid = serializers.RegexField(r"^[A-Za-z0-9-]{1,64}$")
+    uuid = serializers.RegexField(GPU_UUID)
     name = serializers.CharField(max_length=128)
+    lost = serializers.BooleanField(
+        default=False, help_text="NVML can no longer reach it: its readings are empty."
+    )
     memory_total_mb = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX)
     memory_used_mb = serializers.IntegerField(min_value=0, max_value=PG_INT_MAX)
     utilization_pct = serializers.IntegerField(min_value=0, max_value=100, allow_null=True)
@@ -46,6 +52,9 @@ class JobProgressInput(serializers.Serializer):
 
     job_id = serializers.IntegerField(min_value=1, max_value=PG_INT_MAX)
     attempt = serializers.IntegerField(min_value=1, max_value=PG_INT_MAX)
+    # The GPU the reading was taken through (one of the attempt's processes runs on it).
+    # Readings without it (agents before version 2) are ignored, not refused.
+    gpu_uuid = serializers.RegexField(GPU_UUID, required=False, allow_null=True, default=None)
     progress = serializers.FloatField(min_value=0, max_value=1e18)
 
     def validate_progress(self, value: float) -> float:

@@ -14,7 +14,11 @@ from rest_framework.views import APIView
 from config.errors import NotFound, ValidationFailed
 from jobs.selectors import job_get_for_user
 
-from ..heartbeats import agent_heartbeat_record, node_agent_token_check
+from ..heartbeats import (
+    agent_heartbeat_record,
+    agent_heartbeat_refused,
+    node_agent_token_check,
+)
 from ..logs import LOG_STREAMS, job_log_tail
 from .serializers import HeartbeatInput
 
@@ -64,7 +68,9 @@ class AgentHeartbeatApi(APIView):
     @extend_schema(summary="Node agent heartbeat", request=HeartbeatInput, responses={200: dict})
     def post(self, request: Request) -> Response:
         serializer = HeartbeatInput(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        if not serializer.is_valid():
+            agent_heartbeat_refused(node=request.auth, errors=serializer.errors)
+            raise exceptions.ValidationError(serializer.errors)
         result = agent_heartbeat_record(node=request.auth, heartbeat=serializer.validated_data)
         return Response(result)
 

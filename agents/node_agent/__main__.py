@@ -32,8 +32,19 @@ class HttpResponse:
     text: str
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib would follow a redirect as a bodyless GET carrying the token, to any host
+    and even from https to http: refuse, so the 3xx itself is the answer."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class UrllibSession:
     """The one call the agent needs (`post`), with requests' argument names."""
+
+    def __init__(self) -> None:
+        self.opener = urllib.request.build_opener(_RefuseRedirects())
 
     def post(self, url: str, *, json: Any, headers: dict[str, str], timeout: float) -> HttpResponse:
         body = _dumps(json)
@@ -44,9 +55,14 @@ class UrllibSession:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with self.opener.open(request, timeout=timeout) as response:
                 return HttpResponse(response.status, response.read().decode(errors="replace"))
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                location = exc.headers.get("Location", "?")
+                return HttpResponse(
+                    exc.code, f"redirected to {location}: give the agent that URL (--url)"
+                )
             return HttpResponse(exc.code, exc.read().decode(errors="replace"))
 
 
@@ -89,7 +105,14 @@ def run(
     sent = 0
     while beats is None or sent < beats:
         started = time.monotonic()
-        delivered += heartbeat_send(session, url=url, token=token, payload=collector.collect())
+        try:
+            payload = collector.collect()
+        except Exception:  # a reading the agent did not foresee must not stop the beats
+            logger.exception("Reading the GPUs failed; trying again next interval")
+        else:
+            if heartbeat_send(session, url=url, token=token, payload=payload):
+                collector.delivered()
+                delivered += 1
         sent += 1
         if beats is None or sent < beats:
             sleep(max(interval - (time.monotonic() - started), 0.0))

@@ -6,16 +6,33 @@ Standard library only; `nvml` is the `pynvml` module (nvidia-ml-py) on a GPU nod
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import logging
 import math
 import os
 import socket
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-AGENT_VERSION = "1"
+logger = logging.getLogger("gpulab.node_agent")
+
+# 2: progress readings name the GPU they were read through; a GPU NVML lost is reported.
+AGENT_VERSION = "2"
 MIB = 1024 * 1024
+NVML_ERROR_GPU_IS_LOST = 15  # pynvml.NVML_ERROR_GPU_IS_LOST
+
+# What the control plane accepts (agents/api/serializers.py; a test checks that both
+# agree). One value past them and the whole heartbeat is refused, the node's liveness
+# with it, so the agent trims to them instead: never a reason to take a node down.
+MAX_PROCESSES = 256
+MAX_XIDS = 1000
+MAX_PROGRESS = 1e18
+MAX_NAME = 128
+MAX_COUNT = 2**31 - 1  # PostgreSQL integer
 
 # Which gpulab job owns a process: read from the environment the launcher gives every
 # attempt (GPULAB_JOB_ID, GPULAB_ATTEMPT). Docker and Apptainer processes are ordinary
@@ -107,8 +124,40 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _within(value: Any, low: float, high: float) -> Any:
+    """`value` if NVML's reading is plausible, else None (a glitch is no reading)."""
+    return value if value is not None and low <= value <= high else None
+
+
+def _handle_key(handle: Any) -> int:
+    """A device handle's identity: pynvml hands out a new ctypes pointer per call (an
+    event's device is not the object the agent holds), so compare what it points at."""
+    try:
+        return ctypes.addressof(handle.contents)
+    except (AttributeError, TypeError, ValueError):
+        return id(handle)
+
+
+class GpuLost(Exception):
+    """NVML can no longer reach a GPU (NVML_ERROR_GPU_IS_LOST: fallen off the bus)."""
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    index: int
+    handle: Any
+    uuid: str  # read once: a lost GPU cannot be asked any more
+    name: str
+
+
 class NvmlCollector:
-    """Reads every GPU once per `collect()`; Xid errors arrive as NVML events in between."""
+    """Reads every GPU once per `collect()`; Xid errors arrive as NVML events in between.
+
+    A GPU NVML loses is reported as `lost` (under the UUID it had), so the control plane
+    drains the node with the reason; one the agent cannot even enumerate is left out, and
+    the control plane, which knows the node's GPUs, drains it as missing. Xid codes stay
+    in the next payload until a heartbeat carrying them is delivered (`delivered`).
+    """
 
     def __init__(
         self, nvml: Any, *, job_of: JobOf | None = None, progress_of: ProgressOf | None = None
@@ -117,38 +166,62 @@ class NvmlCollector:
         self.job_of = job_of or job_of_pid_from_proc()
         self.progress_of = progress_of or progress_from_proc()
         nvml.nvmlInit()
-        self.handles = [
-            nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())
-        ]
+        self.gpus: list[_Gpu] = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = self._try(nvml.nvmlDeviceGetHandleByIndex, index)
+                uuid = self._try(nvml.nvmlDeviceGetUUID, handle) if handle is not None else None
+                name = self._try(nvml.nvmlDeviceGetName, handle) if uuid is not None else None
+            except GpuLost:
+                uuid = None
+            if uuid is None:
+                logger.error("GPU %d cannot be read; it is left out of the reports.", index)
+                continue
+            name = _text(name)[:MAX_NAME] if name else "unknown GPU"
+            self.gpus.append(_Gpu(index=index, handle=handle, uuid=_text(uuid), name=name))
+        self.uuid_of_handle = {_handle_key(gpu.handle): gpu.uuid for gpu in self.gpus}
+        self.undelivered_xids: dict[str, list[int]] = {}
         self.events = self._try(nvml.nvmlEventSetCreate)
         if self.events is not None:
-            for handle in self.handles:
-                self._try(
-                    nvml.nvmlDeviceRegisterEvents,
-                    handle,
-                    nvml.nvmlEventTypeXidCriticalError,
-                    self.events,
-                )
+            for gpu in self.gpus:
+                with contextlib.suppress(GpuLost):  # collect() reports it
+                    self._try(
+                        nvml.nvmlDeviceRegisterEvents,
+                        gpu.handle,
+                        nvml.nvmlEventTypeXidCriticalError,
+                        self.events,
+                    )
 
     def _try(self, call: Callable[..., Any], *args: Any) -> Any:
-        """None where a GPU does not support a reading (ECC on GeForce cards, say)."""
+        """None where a GPU does not support a reading (ECC on GeForce cards, say);
+        GpuLost where NVML has lost the GPU itself."""
         try:
             return call(*args)
-        except self.nvml.NVMLError:
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost(str(exc)) from exc
             return None
 
-    def _xid_events(self) -> dict[str, list[int]]:
-        """Drain pending Xid events without waiting: uuid → Xid codes seen."""
-        seen: dict[str, list[int]] = {}
+    def _xid_events(self) -> None:
+        """Drain pending Xid events without waiting into `undelivered_xids` (uuid → codes)."""
         if self.events is None:
-            return seen
+            return
         while True:
             try:
                 event = self.nvml.nvmlEventSetWait_v2(self.events, 0)
             except self.nvml.NVMLError:
-                return seen  # NVML_ERROR_TIMEOUT: nothing (more) pending
-            uuid = _text(self.nvml.nvmlDeviceGetUUID(event.device))
-            seen.setdefault(uuid, []).append(int(event.eventData))
+                return  # NVML_ERROR_TIMEOUT: nothing (more) pending
+            uuid = self.uuid_of_handle.get(_handle_key(event.device))
+            if uuid is None:
+                logger.error("Xid %s on a GPU the agent does not know", event.eventData)
+                continue
+            codes = self.undelivered_xids.setdefault(uuid, [])
+            if len(codes) < MAX_XIDS:
+                codes.append(int(event.eventData))
+
+    def delivered(self) -> None:
+        """The last payload reached the control plane: its Xid codes are reported."""
+        self.undelivered_xids.clear()
 
     def node_facts(self) -> dict[str, Any]:
         nvml = self.nvml
@@ -163,55 +236,89 @@ class NvmlCollector:
 
     def collect(self) -> dict[str, Any]:
         """One heartbeat's payload: node facts, one entry per GPU, and the progress of
-        each attempt running here that reports one."""
-        nvml = self.nvml
-        xids = self._xid_events()
+        each attempt running here that reports one.
+
+        Progress is read once per attempt and GPU, through the first of the attempt's
+        processes on that GPU, and names the GPU: the control plane takes a reading only
+        through a GPU the attempt holds, so a process elsewhere that claims another job's
+        identity in its environment cannot report for it.
+        """
+        self._xid_events()
         gpus = []
-        first_pid: dict[tuple[int, int], int] = {}  # attempt → a pid to read its file through
-        for index, handle in enumerate(self.handles):
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            memory = self._try(nvml.nvmlDeviceGetMemoryInfo, handle)
-            rates = self._try(nvml.nvmlDeviceGetUtilizationRates, handle)
-            power_mw = self._try(nvml.nvmlDeviceGetPowerUsage, handle)
-            processes = []
-            for process in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
-                owner = self.job_of(int(process.pid))
-                if owner is not None:
-                    first_pid.setdefault(owner, int(process.pid))
-                used = process.usedGpuMemory  # None when the driver cannot tell
-                processes.append(
-                    {
-                        "pid": int(process.pid),
-                        "used_memory_mb": int(used) // MIB if used else 0,
-                        "job_id": owner[0] if owner else None,
-                        "attempt": owner[1] if owner else None,
-                    }
+        first_pid: dict[tuple[int, int, str], int] = {}  # (job, attempt, GPU uuid) → pid
+        for gpu in self.gpus:
+            try:
+                entry = self._gpu_reading(gpu, first_pid)
+            except GpuLost as exc:
+                logger.error("GPU %d (%s) is lost: %s", gpu.index, gpu.uuid, exc)
+                entry = {
+                    "index": gpu.index,
+                    "uuid": gpu.uuid,
+                    "name": gpu.name,
+                    "lost": True,
+                    "memory_total_mb": 0,
+                    "memory_used_mb": 0,
+                    "utilization_pct": None,
+                    "temperature_c": None,
+                    "power_w": None,
+                    "ecc_uncorrected": None,
+                    "processes": [],
+                }
+            entry["xid_errors"] = list(self.undelivered_xids.get(gpu.uuid, []))
+            gpus.append(entry)
+        jobs = []
+        for (job_id, attempt, uuid), pid in sorted(first_pid.items()):
+            progress = _within(self.progress_of(pid, job_id, attempt), 0, MAX_PROGRESS)
+            if progress is not None and len(jobs) < MAX_PROCESSES:
+                jobs.append(
+                    {"job_id": job_id, "attempt": attempt, "gpu_uuid": uuid, "progress": progress}
                 )
-            gpus.append(
+        return {**self.node_facts(), "gpus": gpus, "jobs": jobs}
+
+    def _gpu_reading(self, gpu: _Gpu, first_pid: dict[tuple[int, int, str], int]) -> dict:
+        nvml, handle = self.nvml, gpu.handle
+        memory = self._try(nvml.nvmlDeviceGetMemoryInfo, handle)
+        rates = self._try(nvml.nvmlDeviceGetUtilizationRates, handle)
+        power_mw = self._try(nvml.nvmlDeviceGetPowerUsage, handle)
+        ecc = self._try(
+            nvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        )
+        processes = []
+        for process in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+            pid = int(process.pid)
+            owner = self.job_of(pid)
+            if owner is not None:
+                first_pid.setdefault((owner[0], owner[1], gpu.uuid), pid)
+            used = process.usedGpuMemory  # None when the driver cannot tell
+            processes.append(
                 {
-                    "index": index,
-                    "uuid": uuid,
-                    "name": _text(nvml.nvmlDeviceGetName(handle)),
-                    "memory_total_mb": int(memory.total) // MIB if memory else 0,
-                    "memory_used_mb": int(memory.used) // MIB if memory else 0,
-                    "utilization_pct": int(rates.gpu) if rates else None,
-                    "temperature_c": self._try(
-                        nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
-                    ),
-                    "power_w": round(power_mw / 1000.0, 1) if power_mw is not None else None,
-                    "ecc_uncorrected": self._try(
-                        nvml.nvmlDeviceGetTotalEccErrors,
-                        handle,
-                        nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                        nvml.NVML_VOLATILE_ECC,
-                    ),
-                    "xid_errors": xids.get(uuid, []),
-                    "processes": processes,
+                    "pid": pid,
+                    "used_memory_mb": min(int(used) // MIB, MAX_COUNT) if used else 0,
+                    "job_id": owner[0] if owner else None,
+                    "attempt": owner[1] if owner else None,
                 }
             )
-        jobs = []
-        for (job_id, attempt), pid in sorted(first_pid.items()):
-            progress = self.progress_of(pid, job_id, attempt)
-            if progress is not None:
-                jobs.append({"job_id": job_id, "attempt": attempt, "progress": progress})
-        return {**self.node_facts(), "gpus": gpus, "jobs": jobs}
+        # Past the control plane's limit, keep the jobs' processes, largest first.
+        processes.sort(key=lambda p: (p["job_id"] is None, -p["used_memory_mb"], p["pid"]))
+        return {
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "name": gpu.name,
+            "lost": False,
+            "memory_total_mb": min(int(memory.total) // MIB, MAX_COUNT) if memory else 0,
+            "memory_used_mb": min(int(memory.used) // MIB, MAX_COUNT) if memory else 0,
+            "utilization_pct": _within(int(rates.gpu), 0, 100) if rates else None,
+            "temperature_c": _within(
+                self._try(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+                -50,
+                200,
+            ),
+            "power_w": (
+                _within(round(power_mw / 1000.0, 1), 0, 5000) if power_mw is not None else None
+            ),
+            "ecc_uncorrected": min(ecc, MAX_COUNT) if ecc is not None else None,
+            "processes": processes[:MAX_PROCESSES],
+        }

@@ -14,6 +14,7 @@ NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_GPU_IS_LOST = 15
 nvmlEventTypeXidCriticalError = 8
 MIB = 1024 * 1024
 
@@ -42,6 +43,7 @@ class SimGpu:
     power_mw: int = 60000
     ecc_uncorrected: int | None = 0  # None: ECC not supported (GeForce)
     processes: list[SimProcess] = field(default_factory=list)
+    lost: bool = False  # fallen off the bus: every call about it fails
 
 
 @dataclass
@@ -89,10 +91,19 @@ class SimulatedNvml:
         if uuid in self._registered:
             self._pending.append(_Event(gpu, xid))
 
+    def lose(self, uuid: str) -> None:
+        """The GPU falls off the bus: from now on NVML answers GPU_IS_LOST about it."""
+        next(gpu for gpu in self.gpus if gpu.uuid == uuid).lost = True
+
     # pynvml's calls --------------------------------------------------------------------
     def _check(self) -> None:
         if not self.initialized:
             raise NVMLError(1)  # NVML_ERROR_UNINITIALIZED
+
+    def _reachable(self, handle: SimGpu) -> SimGpu:
+        if handle.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return handle
 
     def nvmlInit(self) -> None:
         self.initialized = True
@@ -114,33 +125,41 @@ class SimulatedNvml:
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> SimGpu:
         self._check()
-        return self.gpus[index]
+        return self._reachable(self.gpus[index])
 
     def nvmlDeviceGetName(self, handle: SimGpu) -> str:
+        self._reachable(handle)
         return handle.name
 
     def nvmlDeviceGetUUID(self, handle: SimGpu) -> str:
+        self._reachable(handle)
         return handle.uuid
 
     def nvmlDeviceGetMemoryInfo(self, handle: SimGpu) -> _Memory:
+        self._reachable(handle)
         total, used = handle.memory_total_mb * MIB, handle.memory_used_mb * MIB
         return _Memory(total=total, used=used, free=total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimGpu) -> _Rates:
+        self._reachable(handle)
         return _Rates(gpu=handle.utilization_pct, memory=handle.memory_utilization_pct)
 
     def nvmlDeviceGetTemperature(self, handle: SimGpu, sensor: int) -> int:
+        self._reachable(handle)
         return handle.temperature_c
 
     def nvmlDeviceGetPowerUsage(self, handle: SimGpu) -> int:
+        self._reachable(handle)
         return handle.power_mw
 
     def nvmlDeviceGetTotalEccErrors(self, handle: SimGpu, error_type: int, counter: int) -> int:
+        self._reachable(handle)
         if handle.ecc_uncorrected is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return handle.ecc_uncorrected
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: SimGpu) -> list[SimProcess]:
+        self._reachable(handle)
         return list(handle.processes)
 
     def nvmlEventSetCreate(self) -> object:

@@ -50,16 +50,56 @@ def running_on(*devices: Device, command: tuple[str, ...] = ("python", "train.py
     return job_mark_running(job_id=job.pk)
 
 
-def heartbeat(node: Node, readings: list[tuple[int, int, float]], at: datetime) -> dict[str, Any]:
-    """A heartbeat with no GPU readings (those are tested elsewhere), only job progress."""
+def idle_gpus(node: Node) -> list[dict[str, Any]]:
+    """Every GPU of `node`, idle: what its agent reports besides the progress."""
+    return [
+        {
+            "index": device.index,
+            "uuid": device.uuid,
+            "name": device.model_name or "NVIDIA GPU",
+            "lost": False,
+            "memory_total_mb": device.memory_mb or 0,
+            "memory_used_mb": 0,
+            "utilization_pct": 0,
+            "temperature_c": 40,
+            "power_w": 60.0,
+            "ecc_uncorrected": 0,
+            "xid_errors": [],
+            "processes": [],
+        }
+        for device in node.devices.order_by("index")
+    ]
+
+
+def read_through(node: Node, job_id: int, attempt: int) -> str:
+    """The GPU the agent read an attempt's progress through: its lowest on `node`, else
+    (an attempt that runs elsewhere) the node's first."""
+    allocation = (
+        Allocation.objects.filter(job_id=job_id, attempt=attempt, device__node=node)
+        .order_by("device_id")
+        .first()
+    )
+    return (allocation.device if allocation else node.devices.order_by("index")[0]).uuid
+
+
+def heartbeat(
+    node: Node, readings: list[tuple[int, int, float]], at: datetime, *, through: str | None = None
+) -> dict[str, Any]:
+    """A heartbeat of idle GPUs (readings are tested elsewhere) and jobs' progress, each
+    read through the attempt's own GPU, or through `through`."""
     return agent_heartbeat_record(
         node=node,
         heartbeat={
             "driver_version": "550",
             "cuda_version": "12.4",
-            "gpus": [],
+            "gpus": idle_gpus(node),
             "jobs": [
-                {"job_id": job_id, "attempt": attempt, "progress": progress}
+                {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "gpu_uuid": through or read_through(node, job_id, attempt),
+                    "progress": progress,
+                }
                 for job_id, attempt, progress in readings
             ],
         },
@@ -92,6 +132,32 @@ def test_an_agent_cannot_report_for_a_job_on_another_node_or_another_attempt(two
 
     assert result["recorded_progress"] == 0
     assert not JobProgress.objects.exists()
+
+
+def test_a_process_on_another_gpu_cannot_report_for_a_job_it_claims_to_be(two_nodes) -> None:
+    """A job's process may set GPULAB_JOB_ID to another job's id in its own environment;
+    the agent then reads "that job's" progress through the impostor's GPU."""
+    here, _ = two_nodes
+    victim = running_on(here.devices.get(index=1))
+    impostor_gpu = here.devices.get(index=0)
+    running_on(impostor_gpu)
+
+    result = heartbeat(here, [(victim.pk, victim.attempt, 1e9)], T0, through=impostor_gpu.uuid)
+
+    assert result["recorded_progress"] == 0
+    assert not JobProgress.objects.exists()
+
+
+def test_a_reading_that_names_no_gpu_is_ignored(two_nodes) -> None:
+    here, _ = two_nodes
+    job = running_on(here.devices.get(index=0))
+    reading = {"job_id": job.pk, "attempt": job.attempt, "progress": 5.0}  # an agent before v2
+
+    payload = {"driver_version": "", "cuda_version": "", "gpus": idle_gpus(here)}
+
+    result = agent_heartbeat_record(node=here, heartbeat={**payload, "jobs": [reading]}, now=T0)
+
+    assert result["recorded_progress"] == 0
 
 
 def test_a_restarted_counter_measures_again_and_a_late_heartbeat_changes_nothing(

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from agents.node_agent.collector import (
+    MAX_NAME,
+    MAX_PROCESSES,
+    MAX_PROGRESS,
+    MAX_XIDS,
     PROGRESS_FILE,
     NvmlCollector,
     job_of_pid_from_proc,
@@ -48,7 +52,7 @@ def test_it_reports_every_gpu_with_its_readings_in_the_agreed_units() -> None:
     assert report["cuda_version"] == "12.4"
     assert report["gpus"] == [
         {
-            "index": 0, "uuid": "GPU-0000", "name": "NVIDIA A100-SXM4-80GB",
+            "index": 0, "uuid": "GPU-0000", "name": "NVIDIA A100-SXM4-80GB", "lost": False,
             "memory_total_mb": 81920, "memory_used_mb": 30000, "utilization_pct": 87,
             "temperature_c": 71, "power_w": 312.5, "ecc_uncorrected": 0, "xid_errors": [],
             "processes": [
@@ -57,7 +61,7 @@ def test_it_reports_every_gpu_with_its_readings_in_the_agreed_units() -> None:
             ],
         },
         {
-            "index": 1, "uuid": "GPU-0001", "name": "NVIDIA GeForce RTX 3090",
+            "index": 1, "uuid": "GPU-0001", "name": "NVIDIA GeForce RTX 3090", "lost": False,
             "memory_total_mb": 24576, "memory_used_mb": 0, "utilization_pct": 0,
             "temperature_c": 35, "power_w": 60.0, "ecc_uncorrected": None, "xid_errors": [],
             "processes": [],
@@ -66,16 +70,70 @@ def test_it_reports_every_gpu_with_its_readings_in_the_agreed_units() -> None:
     assert report["jobs"] == []
 
 
-def test_xid_events_are_reported_once_on_the_gpu_that_raised_them() -> None:
+def test_xid_events_are_reported_on_the_gpu_that_raised_them_until_delivered() -> None:
     nvml = two_gpus()
     collector = NvmlCollector(nvml, job_of=lambda pid: None, progress_of=lambda *args: None)
     nvml.raise_xid("GPU-0001", 79)
     nvml.raise_xid("GPU-0001", 48)
 
-    first, second = collector.collect(), collector.collect()
+    first, undelivered = collector.collect(), collector.collect()
+    collector.delivered()
+    after = collector.collect()
 
     assert [gpu["xid_errors"] for gpu in first["gpus"]] == [[], [79, 48]]
-    assert [gpu["xid_errors"] for gpu in second["gpus"]] == [[], []]
+    assert [gpu["xid_errors"] for gpu in undelivered["gpus"]] == [[], [79, 48]]
+    assert [gpu["xid_errors"] for gpu in after["gpus"]] == [[], []]
+
+
+def test_a_gpu_nvml_lost_is_reported_as_lost_with_its_xid_and_the_others_still_read() -> None:
+    nvml = two_gpus()
+    collector = NvmlCollector(nvml, job_of=lambda pid: None, progress_of=lambda *args: None)
+    nvml.raise_xid("GPU-0001", 79)
+    nvml.lose("GPU-0001")
+
+    report = collector.collect()
+
+    healthy, lost = report["gpus"]
+    assert (healthy["lost"], healthy["utilization_pct"]) == (False, 87)
+    assert (lost["uuid"], lost["name"], lost["lost"]) == (
+        "GPU-0001",
+        "NVIDIA GeForce RTX 3090",
+        True,
+    )
+    assert (lost["xid_errors"], lost["utilization_pct"], lost["processes"]) == ([79], None, [])
+
+
+def test_a_gpu_lost_before_the_agent_starts_is_left_out() -> None:
+    nvml = two_gpus()
+    nvml.lose("GPU-0000")
+
+    report = NvmlCollector(nvml, job_of=lambda pid: None, progress_of=lambda *a: None).collect()
+
+    assert [gpu["uuid"] for gpu in report["gpus"]] == ["GPU-0001"]
+
+
+def test_readings_past_what_the_control_plane_accepts_are_trimmed_not_sent() -> None:
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-0", utilization_pct=250, temperature_c=900)])
+    nvml.gpus[0].processes = [SimProcess(pid=1000 + i, usedGpuMemory=i * MIB) for i in range(300)]
+    owners = {1000: (3, 1)}
+
+    report = NvmlCollector(nvml, job_of=owners.get, progress_of=lambda *a: 1e19).collect()
+
+    (gpu,) = report["gpus"]
+    assert (gpu["utilization_pct"], gpu["temperature_c"]) == (None, None)
+    assert len(gpu["processes"]) == MAX_PROCESSES
+    assert gpu["processes"][0]["job_id"] == 3  # the job's process is kept first
+    assert report["jobs"] == []  # progress past 1e18 is no reading
+
+
+def test_the_agents_limits_are_the_control_planes() -> None:
+    from agents.api import serializers
+
+    assert MAX_PROCESSES == serializers.MAX_PROCESSES
+    gpu, job = serializers.GpuInput(), serializers.JobProgressInput()
+    assert gpu.fields["xid_errors"].max_length == MAX_XIDS
+    assert gpu.fields["name"].max_length == MAX_NAME
+    assert job.fields["progress"].max_value == MAX_PROGRESS
 
 
 @pytest.mark.parametrize(
@@ -109,7 +167,9 @@ def test_an_owned_process_reports_its_jobs_progress() -> None:
 
     report = NvmlCollector(two_gpus(), job_of={101: (7, 2)}.get, progress_of=progress_of).collect()
 
-    assert report["jobs"] == [{"job_id": 7, "attempt": 2, "progress": 1234.5}]
+    assert report["jobs"] == [
+        {"job_id": 7, "attempt": 2, "gpu_uuid": "GPU-0000", "progress": 1234.5}
+    ]
     assert asked == [(101, 7, 2)]  # unowned pid 102 is never read
 
 
@@ -121,7 +181,7 @@ def test_an_attempt_without_a_readable_progress_file_has_no_entry() -> None:
     assert report["jobs"] == []
 
 
-def test_an_attempt_on_two_gpus_is_read_once_through_its_first_process() -> None:
+def test_an_attempt_on_two_gpus_is_read_once_per_gpu_through_its_first_process_there() -> None:
     nvml = SimulatedNvml(
         [
             SimGpu(uuid="GPU-0", processes=[SimProcess(pid=301, usedGpuMemory=None),
@@ -139,10 +199,11 @@ def test_an_attempt_on_two_gpus_is_read_once_through_its_first_process() -> None
     report = NvmlCollector(nvml, job_of=owners.get, progress_of=progress_of).collect()
 
     assert report["jobs"] == [
-        {"job_id": 5, "attempt": 4, "progress": 201.0},
-        {"job_id": 9, "attempt": 1, "progress": 301.0},
+        {"job_id": 5, "attempt": 4, "gpu_uuid": "GPU-0", "progress": 201.0},
+        {"job_id": 9, "attempt": 1, "gpu_uuid": "GPU-0", "progress": 301.0},
+        {"job_id": 9, "attempt": 1, "gpu_uuid": "GPU-1", "progress": 302.0},
     ]
-    assert sorted(asked) == [201, 301]
+    assert sorted(asked) == [201, 301, 302]
 
 
 def test_the_agent_reads_the_path_the_launcher_gives_the_job() -> None:

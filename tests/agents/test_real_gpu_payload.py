@@ -42,6 +42,13 @@ def test_heartbeats_captured_on_a_real_h100_are_accepted_and_stored() -> None:
         response = client.post(URL, payload, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
         assert response.status_code == 200, response.content
 
+    # The capture predates agent version 2, which names the GPU each progress reading was
+    # read through: here the one process tagged 4242, listed on the only GPU.
+    for payload in (loaded, loaded_again):
+        (process,) = payload["gpus"][0]["processes"]
+        assert [entry["job_id"] for entry in payload["jobs"]] == [process["job_id"]] == [4242]
+        payload["jobs"][0]["gpu_uuid"] = payload["gpus"][0]["uuid"]
+
     post(idle)  # registers the GPU
     device = Device.objects.get(uuid=loaded["gpus"][0]["uuid"])
     # The job the loaded process was tagged with, holding that GPU as a round leaves it.

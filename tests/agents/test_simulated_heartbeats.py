@@ -48,4 +48,7 @@ def test_a_simulated_job_reports_progress_at_its_devices_speed(db: None) -> None
     report = simulated_report(node=node, now=held_since + timedelta(seconds=30))
 
     # 100 steps a second at speed 1.0, for the 30 s this attempt has held the device.
-    assert report["jobs"] == [{"job_id": job.pk, "attempt": job.attempt, "progress": 6000.0}]
+    device = Allocation.objects.get(job=job, ended_at__isnull=True).device
+    assert report["jobs"] == [
+        {"job_id": job.pk, "attempt": job.attempt, "gpu_uuid": device.uuid, "progress": 6000.0}
+    ]
