@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from config.errors import NotFound, ValidationFailed
@@ -13,6 +14,8 @@ from config.errors import NotFound, ValidationFailed
 from . import selectors, services
 
 
+# The page shows a freshly created key once: no browser or proxy may keep a copy.
+@never_cache
 @login_required
 def token_list_page(request: HttpRequest) -> HttpResponse:
     new_key = None

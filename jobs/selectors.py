@@ -69,9 +69,13 @@ def job_events(*, job: Job) -> QuerySet[JobEvent]:
     return job.events.select_related("actor_user").order_by("created_at", "id")
 
 
-def job_state_counts(*, user: User) -> dict[str, int]:
+def job_state_counts(*, user: User, owner: str | None = None) -> dict[str, int]:
+    """Jobs the user may see per state, narrowed by owner name as `job_list` narrows them."""
     counts = dict.fromkeys(JobState.values, 0)
-    rows = job_visible_to(user=user).order_by().values("state").annotate(total=Count("id"))
+    jobs = job_visible_to(user=user)
+    if owner:
+        jobs = jobs.filter(owner__username=owner)
+    rows = jobs.order_by().values("state").annotate(total=Count("id"))
     for row in rows:
         counts[row["state"]] = row["total"]
     return counts

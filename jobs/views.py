@@ -114,7 +114,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         state = None
     owner = request.GET.get("owner") or None
     jobs = selectors.job_list(user=request.user, state=state, owner=owner)
-    counts = selectors.job_state_counts(user=request.user)
+    counts = selectors.job_state_counts(user=request.user, owner=owner)
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
     page_jobs = list(page.object_list)
     reasons = _describe_all([job.reason for job in page_jobs], user=request.user)

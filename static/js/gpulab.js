@@ -6,7 +6,11 @@
    each `[data-refresh-id]` element for its fresh copy. The reader keeps their place: scroll
    position is untouched, a region holding keyboard focus, a text selection or a form field
    the reader has typed into is skipped,
-   nothing happens while the tab is hidden, and a button pauses it. */
+   nothing happens while the tab is hidden, and a button pauses it.
+   One refresh at a time: the next is scheduled only after the last one settled, so a slow
+   server never gets a pile of requests; failures back off (doubling, up to 5 minutes). It
+   stops for good when the session has ended (the fetch lands on the login page) and when
+   the fresh page no longer asks to be refreshed (e.g. the job has finished). */
 (function () {
   "use strict";
 
@@ -64,10 +68,23 @@
     });
   }
 
+  var MAX_RETRY_SECONDS = 300;
+
+  function isLoginPage(url, loginPath) {
+    try {
+      return new URL(url, window.location.href).pathname === loginPath;
+    } catch (error) {
+      return false;
+    }
+  }
+
   function startRefresh(main) {
     var seconds = Number(main.dataset.refreshSeconds);
     if (!(seconds > 0)) return;
+    var delay = seconds;
     var paused = false;
+    var stopped = false;
+    var loginPath = main.dataset.loginUrl || "/login/";
     var toggle = document.querySelector("[data-refresh-toggle]");
     var stamp = document.querySelector("[data-refresh-stamp]");
     if (toggle) {
@@ -78,21 +95,58 @@
         toggle.setAttribute("aria-pressed", paused ? "true" : "false");
       });
     }
-    window.setInterval(function () {
-      if (paused || document.hidden) return;
+
+    function say(text) {
+      if (stamp) stamp.textContent = text;
+    }
+
+    function stop(text) {
+      stopped = true;
+      say(text);
+      if (toggle) toggle.hidden = true;
+    }
+
+    function schedule() {
+      if (!stopped) window.setTimeout(tick, delay * 1000);
+    }
+
+    function tick() {
+      if (paused || document.hidden) {
+        schedule();
+        return;
+      }
       fetch(window.location.href, { credentials: "same-origin", headers: { "X-Refresh": "1" } })
         .then(function (response) {
-          if (!response.ok) throw new Error(response.status);
+          // fetch follows redirects: an ended session arrives as the login page, with a 200.
+          if (response.redirected && isLoginPage(response.url, loginPath)) {
+            stop("Session ended — reload to log in");
+            return null;
+          }
+          if (!response.ok || response.redirected) throw new Error(String(response.status));
           return response.text();
         })
         .then(function (html) {
-          swap(new DOMParser().parseFromString(html, "text/html"));
-          if (stamp) stamp.textContent = "Updated " + new Date().toLocaleTimeString();
+          if (html === null) return;
+          var fresh = new DOMParser().parseFromString(html, "text/html");
+          swap(fresh);
+          delay = seconds;
+          var time = new Date().toLocaleTimeString();
+          // The server leaves the attribute out once nothing will change (a finished job).
+          var freshMain = fresh.querySelector("main");
+          if (freshMain && freshMain.hasAttribute("data-refresh-seconds")) {
+            say("Updated " + time);
+          } else {
+            stop("Updated " + time + "; no longer changing, auto-refresh stopped");
+          }
         })
         .catch(function () {
-          if (stamp) stamp.textContent = "Refresh failed; retrying";
-        });
-    }, seconds * 1000);
+          delay = Math.min(delay * 2, Math.max(seconds, MAX_RETRY_SECONDS));
+          say("Refresh failed; retrying in " + Math.round(delay) + " s");
+        })
+        .then(schedule);
+    }
+
+    schedule();
   }
 
   document.addEventListener("DOMContentLoaded", function () {
