@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster.choices import NodeState
-from cluster.models import Device
+from cluster.models import Device, Node
 from config.errors import ApplicationError
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
@@ -27,7 +27,7 @@ from scheduler.policies import decide
 from .choices import RoundOutcome, RoundTrigger
 from .locks import round_lock
 from .models import SchedulingRound
-from .selectors import scheduler_config_get, scheduler_settings_from
+from .selectors import devices_stopping, scheduler_config_get, scheduler_settings_from
 from .snapshot import RoundContext, snapshot_build
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
         with transaction.atomic():
             result = decisions_apply(decisions=decisions, context=context, now=started_at)
             grace = config.preemption_grace_seconds
-            transaction.on_commit(lambda: _dispatch_to_agents(result, grace))
+            # robust: should dispatch still raise, the committed round is recorded anyway.
+            transaction.on_commit(lambda: _dispatch_to_agents(result, grace), robust=True)
         applied = time.perf_counter()
         pending = sum(1 for job in snapshot.jobs if not job.is_running)
         held_devices = {d for job in snapshot.jobs for d in job.devices} | snapshot.busy_device_ids
@@ -126,8 +127,11 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
         job_id__in=preempted_ids, ended_at__isnull=True
     ).values_list("device_id", "job_id"):
         preempting[device_id] = job_id
-    unschedulable = set(
-        Device.objects.exclude(node__state=NodeState.UP).values_list("id", flat=True)
+    # Read after the preemptions: a victim cancelled before its preemption ran has let go
+    # of its GPUs (the preemption was dropped), but its process may still be running there.
+    stopping = devices_stopping(now=now)
+    unschedulable = _devices_refusing_starts(
+        {d for start in decisions.starts for d in start.device_ids}
     )
     waiting_reasons: dict[int, str] = {}
     for start in decisions.starts:
@@ -137,9 +141,56 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
                 f"WaitingForResources: job #{blocker} is checkpointing before it frees its GPUs"
             )
             continue
+        if stopping.intersection(start.device_ids):
+            waiting_reasons[start.job_id] = (
+                "WaitingForResources: a stopped job's process is still leaving its GPUs"
+            )
+            continue
         _apply_start(start, unschedulable, result)
     _apply_holds(decisions.holds, waiting_reasons, context)
     return result
+
+
+def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
+    """Of `device_ids`, those no job may start on now: retired, gone, or on a node not UP.
+
+    On PostgreSQL the rows are locked FOR SHARE until the round commits, nodes first and
+    then devices (the order a heartbeat takes them in, so neither waits on the other in a
+    cycle). A drain or a GPU retirement that committed earlier is read here; one that comes
+    later waits for the round and then sees its allocations: `node_drain_settle` leaves the
+    node DRAINING, and a heartbeat refuses to retire an allocated GPU. SQLite (the demo)
+    has one writer at a time, so a plain read is as good.
+    """
+    if not device_ids:
+        return set()
+    ids = sorted(device_ids)
+    if connection.vendor == "postgresql":
+        node_table, device_table = Node._meta.db_table, Device._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, state FROM {node_table} WHERE id IN "
+                f"(SELECT node_id FROM {device_table} WHERE id = ANY(%s)) ORDER BY id FOR SHARE",
+                [ids],
+            )
+            node_state = dict(cursor.fetchall())
+            cursor.execute(
+                f"SELECT id, node_id, retired_at FROM {device_table} "
+                "WHERE id = ANY(%s) ORDER BY id FOR SHARE",
+                [ids],
+            )
+            rows = cursor.fetchall()
+    else:
+        rows = list(
+            Device.all_objects.filter(pk__in=ids).values_list("id", "node_id", "retired_at")
+        )
+        node_ids = {node_id for _, node_id, _ in rows}
+        node_state = dict(Node.objects.filter(pk__in=node_ids).values_list("id", "state"))
+    usable = {
+        device_id
+        for device_id, node_id, retired_at in rows
+        if retired_at is None and node_state.get(node_id) == NodeState.UP
+    }
+    return device_ids - usable
 
 
 def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyResult) -> None:
@@ -156,7 +207,7 @@ def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyR
 
 def _apply_start(start: Start, unschedulable: set[int], result: ApplyResult) -> None:
     if unschedulable.intersection(start.device_ids):
-        _drop(result, "start", start.job_id, "a device's node stopped taking work")
+        _drop(result, "start", start.job_id, "a device was retired or its node stopped taking work")
         return
     try:
         job = job_start(job_id=start.job_id, device_ids=start.device_ids)
@@ -220,7 +271,11 @@ def _apply_holds(
         Job(pk=job_id, reason=reason, queue_position=position)
         for job_id, reason, position in changed
     ]
-    Job.objects.bulk_update(jobs, ["reason", "queue_position"], batch_size=500)
+    # The state filter goes into each UPDATE's WHERE: a job cancelled mid-round keeps its
+    # own reason and no queue position, as on PostgreSQL.
+    Job.objects.filter(state=JobState.PENDING).bulk_update(
+        jobs, ["reason", "queue_position"], batch_size=500
+    )
 
 
 def _drop(result: ApplyResult, kind: str, job_id: int, why: str) -> None:
@@ -229,9 +284,20 @@ def _drop(result: ApplyResult, kind: str, job_id: int, why: str) -> None:
 
 
 def _dispatch_to_agents(result: ApplyResult, grace_seconds: int) -> None:
+    """Ask the agents to stop the preempted attempts and launch the started ones.
+
+    Runs after commit, so the decisions stand whatever happens here: one request that
+    fails (a broker blip on `.delay()`, say) is logged and the others are still sent.
+    """
     from agents.services import agent_launch_request, agent_stop_request
 
     for job_id, attempt in result.preempted:
-        agent_stop_request(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+        try:
+            agent_stop_request(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+        except Exception:
+            logger.exception("Stop request for job %s attempt %s failed.", job_id, attempt)
     for job_id, attempt in result.started:
-        agent_launch_request(job_id=job_id, attempt=attempt)
+        try:
+            agent_launch_request(job_id=job_id, attempt=attempt)
+        except Exception:
+            logger.exception("Launch request for job %s attempt %s failed.", job_id, attempt)

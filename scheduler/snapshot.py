@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings as django_settings
+from django.db import connection, transaction
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
 from agents.selectors import JobProgram, argv_text, measured_rates
@@ -61,6 +63,25 @@ def _epoch(moment: datetime | None) -> float | None:
 
 def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snapshot, RoundContext]:
     """Read the cluster's state as of `now` into a frozen Snapshot (and the apply context).
+
+    Every read sees one database snapshot: with separate autocommit queries, a cancel or a
+    finish committing between two of them would tear it (its GPUs neither held nor
+    stopping, or its service counted both live and in the stored usage). On PostgreSQL a
+    REPEATABLE READ transaction; SQLite's transactions are serializable already. Inside a
+    caller's transaction the isolation level is that transaction's.
+    """
+    outermost = not connection.in_atomic_block
+    # Read-only: inside a caller's transaction a savepoint would guard nothing.
+    with transaction.atomic(savepoint=False):
+        if outermost and connection.vendor == "postgresql":
+            # Only as the first statement of a transaction this block begins itself.
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return _snapshot_read(now=now, settings=settings)
+
+
+def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snapshot, RoundContext]:
+    """The reads of `snapshot_build`, in order:
 
     1. Devices (GPUs) with their node, type and speed; nodes with whether they take work.
     2. Live allocations: who holds which device since when.
@@ -140,6 +161,12 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
             for device_id in held.get(job_id, ()):
                 busy.add(device_id)
                 preempting_devices[device_id] = job_id
+            # Its service is charged only when it leaves its devices: until then it is live
+            # usage, as for a running job, or its owner would look idle during the grace.
+            service = _live_service(held.get(job_id, ()), held_since.get(job_id), now_s, speed_of)
+            live_usage_user[row["owner_id"]] += service
+            if row["group_id"] is not None:
+                live_usage_group[row["group_id"]] += service
             continue
         attained = row["attained_service"]
         since_promotion = row["service_since_promotion"]
@@ -161,7 +188,7 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
             device_ids = tuple(sorted(held.get(job_id, ())))
             started_at = held_since.get(job_id, now_s)
             seconds = max(now_s - started_at, 0.0)
-            service = seconds * sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
+            service = _live_service(device_ids, started_at, now_s, speed_of)
             attained += service
             since_promotion += service
             executed += seconds
@@ -225,6 +252,16 @@ def snapshot_build(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         preempting_devices=preempting_devices,
     )
     return snapshot, context
+
+
+def _live_service(
+    device_ids: Iterable[int], since: float | None, now_s: float, speed_of: dict[int, float]
+) -> float:
+    """Normalized GPU-seconds on `device_ids` since `since` (not yet folded into the row)."""
+    if since is None:
+        return 0.0
+    seconds = max(now_s - since, 0.0)
+    return seconds * sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
 
 
 def _accounts(

@@ -301,9 +301,9 @@ def fair_share_snapshot(
     """The scheduler's own snapshot as of `now`, and per (user, group) [pending, running] jobs.
 
     `snapshot_build` itself, so the page's ranking is the loop's by construction (usage
-    decayed with the configured half-life, live usage of running jobs, PREEMPTING jobs left
-    out). Its Gittins history query reads the `job_finished` index, so it stays cheap with
-    100,000 finished jobs.
+    decayed with the configured half-life, live usage of running and checkpointing jobs,
+    PREEMPTING jobs left out of the job counts). Its Gittins history query reads the
+    `job_finished` index, so it stays cheap with 100,000 finished jobs.
     """
     snapshot, _ = snapshot_build(now=now, settings=settings)
     counts: dict[tuple[str, str | None], list[int]] = defaultdict(lambda: [0, 0])

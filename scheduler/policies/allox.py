@@ -26,7 +26,8 @@ What gpulab adds, and why:
   that is throughput-sensitive (large speed ratio between types) is pulled harder too, since
   its cost difference between types is larger. Without enough history (fewer than
   `gittins_min_samples` finished jobs) the estimate is max(attained, prior median), the
-  prior median being the history's median or the first queue threshold.
+  prior median being the history's median or the first queue threshold (under FIFO, which
+  ignores the thresholds, the default's first: `fifo._fifo_view`).
 - **D: free devices in the pass, busy devices in the window step.** As the pass calls it
   today, the placer gets only the jobs it chose (one job for one free K80), so every slot is
   a free device (D = 0): a job that would rather wait for a fast device lands at position

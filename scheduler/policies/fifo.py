@@ -12,11 +12,14 @@ limit), and blocking on it would stall the cluster until an admin intervened.
 
 from __future__ import annotations
 
-from scheduler.core.types import Decisions, Job, Snapshot
+from dataclasses import replace
+
+from scheduler.core.types import Decisions, Job, SchedulerSettings, Snapshot
 from scheduler.policies.base import run_pass
 
 # SchedulerSettings fields only the Tiresias policies read: FIFO neither ranks by attained
-# service nor preempts. The settings page says so next to each (a property test checks it).
+# service nor preempts. The settings page says so next to each (a property test checks it),
+# and `_fifo_view` makes it true for the shared placement code too.
 FIFO_IGNORED_SETTINGS = frozenset(
     {
         "queue_thresholds",
@@ -31,6 +34,20 @@ FIFO_IGNORED_SETTINGS = frozenset(
 )
 
 
+_DEFAULTS = SchedulerSettings()
+
+
+def _fifo_view(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with every setting FIFO ignores at its default.
+
+    AlloX placement takes the first queue threshold as its prior job size while too few
+    jobs have finished (`allox.RemainingService`), so the thresholds, which FIFO has no
+    use for, would otherwise still move its jobs between GPUs.
+    """
+    pinned = {name: getattr(_DEFAULTS, name) for name in FIFO_IGNORED_SETTINGS}
+    return replace(snapshot, settings=replace(snapshot.settings, **pinned))
+
+
 def fifo_order(snapshot: Snapshot) -> list[Job]:
     # Submit time, not queue entry: FIFO baselines ignore Tiresias queues entirely.
     return sorted(snapshot.jobs, key=lambda job: (job.submit_time, job.id))
@@ -38,9 +55,11 @@ def fifo_order(snapshot: Snapshot) -> list[Job]:
 
 def decide_fifo(snapshot: Snapshot) -> Decisions:
     """Strict FIFO: in submit order, stop at the first job that does not fit."""
+    snapshot = _fifo_view(snapshot)
     return run_pass(snapshot, fifo_order(snapshot), head_of_line_blocking=True)
 
 
 def decide_fifo_backfill(snapshot: Snapshot) -> Decisions:
     """FIFO with skip-ahead: in submit order, start every job that fits."""
+    snapshot = _fifo_view(snapshot)
     return run_pass(snapshot, fifo_order(snapshot))

@@ -324,6 +324,33 @@ def test_two_rounds_started_together_never_both_apply(owner, cluster, monkeypatc
     assert_consistent()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_launch_request_neither_stops_the_others_nor_loses_the_round(
+    owner, cluster, monkeypatch
+):
+    """Dispatch runs after commit: a broker blip on one `.delay()` used to raise out of the
+    round, so the later launches were never sent and no round was recorded."""
+    from agents import services as agent_services
+
+    jobs = [submit(owner, 1) for _ in range(3)]
+    real_launch = agent_services.agent_launch_request
+    requested: list[int] = []
+
+    def first_one_fails(*, job_id: int, attempt: int) -> None:
+        requested.append(job_id)
+        if len(requested) == 1:
+            raise ConnectionError("broker blip")
+        real_launch(job_id=job_id, attempt=attempt)
+
+    monkeypatch.setattr(agent_services, "agent_launch_request", first_one_fails)
+    scheduling_round = scheduling_round_run()
+
+    assert scheduling_round.outcome == RoundOutcome.APPLIED
+    assert scheduling_round.starts == 3
+    assert sorted(requested) == sorted(job.pk for job in jobs)
+    assert SchedulingRound.objects.filter(pk=scheduling_round.pk).exists()
+
+
 @pytest.mark.django_db
 def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refused(lab_admin):
     from django.test import Client

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.core.types import PlacementKind
 from scheduler.policies import decide
 from tests.scheduler.builders import devices, held, pending, running, snapshot, started
 
@@ -80,3 +81,22 @@ def test_fifo_orders_by_submit_time_then_id() -> None:
     ]
     decisions = decide(snapshot(jobs, ONE_NODE, policy="fifo"))
     assert decisions.order == (2, 3, 1)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "fifo-backfill"])
+def test_fifo_with_allox_placement_ignores_the_queue_thresholds(policy: str) -> None:
+    """AlloX's prior job size came from the first threshold while no job had finished.
+
+    The case hypothesis found: with job 1's 100 GPU-s of service, a 60 s threshold made it
+    the longer job and swapped the two jobs' GPUs.
+    """
+    jobs = [
+        pending(0, 1, submit_time=1.0),
+        pending(1, 1, submit_time=0.0, attained_service=100.0, service_since_promotion=100.0),
+    ]
+    devs = devices({"n0": ("a100", 8)}, speed={"a100": 0.5})
+    decisions = [
+        decide(snapshot(jobs, devs, policy=policy, placement=PlacementKind.ALLOX, **thresholds))
+        for thresholds in ({"queue_thresholds": (3600.0,)}, {"queue_thresholds": (60.0,)})
+    ]
+    assert decisions[0] == decisions[1]
