@@ -12,11 +12,15 @@ RUN apt-get update \
  && useradd --create-home --uid 1000 gpulab
 
 WORKDIR /app
+# WORKDIR makes /app as root and COPY --chown does not change an existing directory: beat
+# writes its schedule file here, as uid 1000.
+RUN chown gpulab:gpulab /app
 COPY requirements.txt .
 RUN pip install -r requirements.txt
 COPY --chown=gpulab:gpulab . .
 # collectstatic needs a secret key to import production settings; it is not used at runtime.
-RUN DJANGO_SECRET_KEY=build-only-not-secret python manage.py collectstatic --noinput
+RUN DJANGO_SECRET_KEY=build-only-not-a-secret-collectstatic-needs-some-key-of-50-chars \
+    python manage.py collectstatic --noinput
 
 USER gpulab
 EXPOSE 8000

@@ -95,3 +95,23 @@ def test_a_malformed_boolean_stops_startup():
     result = _import_settings("config.settings.base", DJANGO_DEBUG="perhaps")
     assert result.returncode != 0
     assert "DJANGO_DEBUG='perhaps' is not a boolean" in result.stderr
+
+
+@pytest.mark.parametrize("raw", ["bogus", "120", "0/min", "10/fortnight"])
+def test_env_rate_refuses_what_drf_could_not_parse(monkeypatch, raw):
+    monkeypatch.setenv("GPULAB_RATE", raw)
+    with pytest.raises(ImproperlyConfigured, match="GPULAB_RATE"):
+        base.env_rate("GPULAB_RATE", "1/min")
+
+
+@pytest.mark.parametrize("raw", ["120/min", "5/s", "30/minute", "1000/day"])
+def test_env_rate_takes_drfs_rates(monkeypatch, raw):
+    monkeypatch.setenv("GPULAB_RATE", raw)
+    assert base.env_rate("GPULAB_RATE", "1/min") == raw
+
+
+@pytest.mark.parametrize("key", ["change-me-to-a-long-random-string", "short-but-not-insecure"])
+def test_production_refuses_the_example_or_a_short_secret_key(key):
+    result = _import_settings("config.settings.production", DJANGO_SECRET_KEY=key)
+    assert result.returncode != 0
+    assert "at least 50 characters" in result.stderr

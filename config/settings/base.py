@@ -8,6 +8,7 @@ holding a secret (Docker/Kubernetes secrets).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import environ
@@ -40,6 +41,15 @@ def env_bool(name: str, default: bool) -> bool:
     if value in {"0", "false", "no", "off"}:
         return False
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def env_rate(name: str, default: str) -> str:
+    """A DRF throttle rate such as `120/min`: a bad one would make every throttled request
+    a 500 (DRF parses it per request), so it is checked here."""
+    raw = env.str(name, default=default).strip()
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", raw):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a rate such as 120/min (s, min, h, day)")
+    return raw
 
 
 def env_int(
@@ -173,7 +183,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
     "DEFAULT_THROTTLE_RATES": {
-        "job_submit": env.str("GPULAB_SUBMIT_RATE", default="120/min"),
+        "job_submit": env_rate("GPULAB_SUBMIT_RATE", "120/min"),
     },
 }
 
@@ -235,7 +245,7 @@ GPULAB_NODE_AGENT_DIR = env.str("GPULAB_NODE_AGENT_DIR", default=".gpulab/agent"
 GPULAB_NODE_SUSPECT_SECONDS = env_int("GPULAB_NODE_SUSPECT_SECONDS", 40, minimum=1)
 GPULAB_NODE_DOWN_SECONDS = env_int("GPULAB_NODE_DOWN_SECONDS", 300, minimum=1)
 # Heartbeats accepted per node (agents send one every 10 s).
-GPULAB_AGENT_HEARTBEAT_RATE = env.str("GPULAB_AGENT_HEARTBEAT_RATE", default="30/min")
+GPULAB_AGENT_HEARTBEAT_RATE = env_rate("GPULAB_AGENT_HEARTBEAT_RATE", "30/min")
 
 LOGGING = {
     "version": 1,

@@ -11,6 +11,12 @@ DEBUG = False
 SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
 if not SECRET_KEY or SECRET_KEY.startswith("insecure"):
     raise ImproperlyConfigured("DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) must be set")
+# The example env file's placeholder, or anything short enough to guess, signs nothing.
+if "change-me" in SECRET_KEY or len(SECRET_KEY) < 50:
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be a random string of at least 50 characters, e.g. from "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)

@@ -5,7 +5,7 @@ the work and never touches a database, so the Django command is a thin wrapper.
 
 Examples::
 
-    python -m scheduler.sim --trace ../shared/traces/tiresias/60_job.csv \\
+    python -m scheduler.sim --trace scheduler/data/tiresias_60_job.csv \\
         --cluster 1,2,4,128,256 --policy fifo,las,srtf,srsf --tiresias-reference
     python -m scheduler.sim --trace 60_job.csv --cluster n32g4.csv --policy las --policy srsf \\
         --restore-cost 30 --json out.json --plot out.html

@@ -31,7 +31,7 @@ from pathlib import Path
 from scheduler.sim.traces import TraceError, TraceJob
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_GPUT = REPO_ROOT.parent / "shared" / "traces" / "tiresias" / "yarn-gput5000.csv"
+DEFAULT_GPUT = REPO_ROOT / "scheduler" / "data" / "yarn-gput5000.csv"  # a copy: runs anywhere
 DEFAULT_GPU_MIX: Mapping[int, float] = {1: 0.55, 2: 0.15, 4: 0.15, 8: 0.10, 16: 0.05}
 MODELS = ("resnet50", "vgg16", "inception3", "alexnet", "resnet152", "vgg19", "googlenet")
 

@@ -43,3 +43,11 @@ def test_percentiles_interpolate_and_jain_is_one_for_equal_values() -> None:
     assert math.isnan(percentile([], 50))
     assert jain_index([2, 2, 2]) == 1
     assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+
+
+def test_the_default_gpu_times_ship_with_the_repository() -> None:
+    """The Philly-like generator (benches, `--generate philly`) runs on a bare clone."""
+    from scheduler.sim.generators import DEFAULT_GPUT, REPO_ROOT
+
+    assert DEFAULT_GPUT.is_relative_to(REPO_ROOT)
+    assert len(load_gpu_times()) == 5000
