@@ -11,8 +11,8 @@ Runtimes (per node, `cluster.choices.Runtime`):
 - `process` and `apptainer` run under one wrapper (`WRAPPER`) that starts the program in
   a new session (its process group id is the wrapper's pid, kept in `pid`), writes its
   stdout and stderr to files in the attempt's run directory and its exit status to
-  `exit_code` when it ends. Stop = SIGTERM to the process group, the grace period, then
-  SIGKILL.
+  `exit_code` when it ends (once whatever it left running in its group is ended too).
+  Stop = SIGTERM to the process group, the grace period, then SIGKILL.
 - `docker` runs a detached container named `gpulab-<job>-<attempt>`; its logs and exit
   code live in Docker (`docker logs`, `docker inspect`), stop is `docker stop -t <grace>`.
 """
@@ -32,10 +32,29 @@ CONTAINER_PREFIX = "gpulab"
 # shell text. TERM is trapped with a no-op (not ignored: an ignored signal would be
 # inherited by the program) so the wrapper outlives the program's checkpoint and records
 # its status; `wait` returns early when the trap fires, hence the loop.
+#
+# When the program ends, whatever it left running in its process group (`cmd &` in a
+# script, a data-loader worker) is ended before `exit_code` is written, as Slurm ends
+# every process of a step: `exit_code` is what tells the poll the GPU is free, and
+# nothing else would ever stop the leftovers. TERM to the group (the wrapper only runs
+# its trap), up to 5 s, then KILL to each member but the wrapper, found in /proc (pgrp
+# is the 3rd field after the parenthesised name; zombies are already dead). Once a stop
+# was sent (`stop-sent`), the stop script owns the timing: no second TERM, and the
+# leftovers keep the whole grace period (a `sh -c` job's shell dies at once on TERM
+# while its program checkpoints). A process that left the group (its own setsid)
+# escapes this, as it escapes the stop.
 WRAPPER = (
+    'others() { o=; for f in /proc/[0-9]*/stat; do { read -r l < "$f"; } 2>/dev/null '
+    "|| continue; q=${l%% *}; set -- ${l##*) }; "
+    '[ "$3" = $$ ] && [ "$q" != $$ ] && [ "$1" != Z ] && o="$o $q"; done; }; '
     'echo $$ > pid.tmp && mv pid.tmp pid; trap : TERM; "$@" > stdout 2> stderr < /dev/null & '
     "child=$!; "
     'while :; do wait "$child"; code=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    'others; [ -n "$o" ] && [ ! -e stop-sent ] && kill -TERM -$$ 2>/dev/null; '
+    'i=0; while [ -n "$o" ] && { [ $i -lt 50 ] || [ -e stop-sent ]; }; '
+    "do sleep 0.1; others; i=$((i+1)); done; "
+    'j=0; while [ -n "$o" ] && [ $j -lt 50 ]; do kill -KILL $o 2>/dev/null; sleep 0.1; '
+    "others; j=$((j+1)); done; "
     'echo "$code" > exit_code.tmp && mv exit_code.tmp exit_code'
 )
 
@@ -256,6 +275,30 @@ def wrapped_stop_script(run_dir: str, grace_seconds: int) -> str:
     )
 
 
+def wrapped_stop_all_script(run_dirs: Sequence[str], grace_seconds: int) -> str:
+    """`wrapped_stop_script` for several attempts at once: SIGTERM to every one, one
+    grace period for all of them together, then SIGKILL to those still alive.
+
+    So stopping n stale attempts takes one grace period, not n (and fits the poll's time
+    limit). Prints nothing; the caller does not judge stale attempts' exits.
+    """
+    if not run_dirs:
+        return "true"
+    grace = int(grace_seconds)
+    dirs = " ".join(shlex.quote(run_dir) for run_dir in run_dirs)
+    alive = 'a=; for p in $ps; do kill -0 "-$p" 2>/dev/null && a="$a $p"; done'
+    return (
+        f'ps=; for d in {dirs}; do mkdir -p "$d" && : > "$d/stop-sent"; '
+        '[ -s "$d/pid" ] || continue; p=$(cat "$d/pid"); ps="$ps $p"; '
+        'kill -TERM "-$p" 2>/dev/null; done; '
+        f"i=0; while [ $i -lt {grace * 10} ]; do {alive}; "
+        '[ -z "$a" ] && break; sleep 0.1; i=$((i+1)); done; '
+        'for p in $ps; do kill -KILL "-$p" 2>/dev/null; done; '
+        f'j=0; while [ $j -lt 20 ]; do {alive}; [ -z "$a" ] && break; sleep 0.1; j=$((j+1)); '
+        "done; true"
+    )
+
+
 def wrapped_logs_script(run_dir: str, stream: str, max_bytes: int) -> str:
     if stream not in {"stdout", "stderr"}:
         raise ValueError(f"stream must be stdout or stderr, not {stream!r}")
@@ -273,8 +316,37 @@ def wrapped_list_script(run_root: str) -> str:
     )
 
 
-def docker_inspect_id_argv(name: str) -> list[str]:
-    return ["docker", "container", "inspect", "-f", "{{.Id}}", name]
+def docker_launch_inspect_argv(name: str) -> list[str]:
+    """Status, exit code and id: a launch needs all three to tell a started container
+    from one that `docker run` left `created` when it could not start it."""
+    return [
+        "docker", "container", "inspect", "-f",
+        "{{.State.Status}} {{.State.ExitCode}} {{.Id}}", name,
+    ]  # fmt: skip
+
+
+def docker_launch_script(spec: LaunchSpec) -> str:
+    """Start the attempt's container unless it exists; print its id last.
+
+    Idempotent like the wrapper: a redelivered launch reports the existing container,
+    and the last look covers two deliveries at once (the one whose `docker run` loses
+    the name to the other reports that container instead of failing the job).
+
+    A container that `docker run` created but could not start (a missing executable:
+    OCI "create failed", exit 127) stays `created` with that exit code and the error:
+    it is no launch. It is removed, so the launch fails with `docker run`'s error (and
+    a redelivery tries again). `created` with exit code 0 is another delivery's
+    container between its create and its start, and counts as launched.
+    """
+    inspect = shlex.join(docker_launch_inspect_argv(spec.name))
+    remove = shlex.join(["docker", "rm", "-f", spec.name])
+    run = shlex.join(docker_run_argv(spec))
+    return (
+        f"launched() {{ s=$({inspect} 2>/dev/null) || return 1; set -- $s; "
+        f'if [ "$1" = created ] && [ "$2" != 0 ]; then {remove} > /dev/null 2>&1; return 1; fi; '
+        'echo "$3"; }; '
+        f"launched || {{ {run} || {{ code=$?; launched || exit $code; }}; }}"
+    )
 
 
 def docker_status_argv(name: str) -> list[str]:
@@ -282,11 +354,30 @@ def docker_status_argv(name: str) -> list[str]:
 
 
 def docker_stop_argv(name: str, grace_seconds: int) -> list[str]:
-    return ["docker", "stop", "-t", str(int(grace_seconds)), name]
+    return docker_stop_all_argv([name], grace_seconds)
+
+
+def docker_stop_all_argv(names: Sequence[str], grace_seconds: int) -> list[str]:
+    # docker stops the containers named in parallel: one grace period for all of them.
+    return ["docker", "stop", "-t", str(int(grace_seconds)), *names]
 
 
 def docker_logs_argv(name: str, max_lines: int) -> list[str]:
     return ["docker", "logs", "--tail", str(int(max_lines)), name]
+
+
+def docker_logs_script(name: str, stream: str, max_lines: int, max_bytes: int) -> str:
+    """One stream of `docker logs`, its last `max_bytes` cut on the node (as `tail -c`
+    does for the wrapper's files), so a flood of output never crosses the network.
+
+    docker logs replays the container's stdout on 1 and stderr on 2; the other is
+    dropped. Docker's own complaints (no such container) go to the stderr stream.
+    """
+    if stream not in {"stdout", "stderr"}:
+        raise ValueError(f"stream must be stdout or stderr, not {stream!r}")
+    logs = shlex.join(docker_logs_argv(name, max_lines))
+    keep = "2>/dev/null" if stream == "stdout" else "2>&1 >/dev/null"
+    return f"{logs} {keep} | tail -c {int(max_bytes)}"
 
 
 def docker_list_argv() -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from accounts.models import User
@@ -26,7 +27,7 @@ from cluster.choices import NodeState, Runtime
 from cluster.models import Node
 from config.errors import ApplicationError, NotFound
 from jobs.choices import JobState
-from jobs.models import Allocation, Job
+from jobs.models import Allocation, Job, JobEvent
 from jobs.services import (
     job_finish,
     job_launch_failed,
@@ -35,11 +36,12 @@ from jobs.services import (
     job_requeue,
     jobs_lost_requeue,
 )
+from scheduler.triggers import round_request_on_commit
 
 from . import runtimes, simulated
 from .models import NodeHostKey
 from .selectors import LiveAttempt, devices_of_attempt, live_attempts_on_node, node_of_attempt
-from .ssh import NodeSession, node_ssh
+from .ssh import HostKeyRefused, NodeSession, node_ssh
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,13 @@ logger = logging.getLogger(__name__)
 # (SIGKILL from outside, the OOM killer, a reboot): 128 + SIGKILL, as a shell reports it.
 VANISHED_EXIT_CODE = 137
 RUNNING_ONLY = frozenset({JobState.RUNNING})
+# SSH time around a task's main wait (connect attempts, the small commands around it).
+SSH_MARGIN_SECONDS = 300
+
+
+def launch_time_limit_seconds() -> int:
+    """The launch task's time limit: the longest a launch can still be under way."""
+    return settings.GPULAB_LAUNCH_TIMEOUT_SECONDS + SSH_MARGIN_SECONDS
 
 
 # --------------------------------------------------------------------------- requests
@@ -121,12 +130,7 @@ def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
 
 def _launch_script(spec: runtimes.LaunchSpec, runtime: str) -> str:
     if runtime == Runtime.DOCKER:
-        # Idempotent like the wrapper: a redelivered launch reports the existing container.
-        # The last inspect covers two deliveries at once: the one whose `docker run` loses
-        # the name to the other finds that container, instead of failing the job.
-        inspect = shlex.join(runtimes.docker_inspect_id_argv(spec.name))
-        run = shlex.join(runtimes.docker_run_argv(spec))
-        return f"{inspect} 2>/dev/null || {run} || {inspect}"
+        return runtimes.docker_launch_script(spec)
     return runtimes.wrapped_launch_script(spec, runtime)
 
 
@@ -139,10 +143,18 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
     3. Run it. Success → RUNNING. The command failing on the node → FAILED with its
        stderr. Node trouble (host key, unreachable) raises for the caller (the task
        retries NodeUnreachable and finally calls `agent_launch_gave_up`).
+    4. A job cancelled (or timed out) while its launch was under way: its attempt is
+       stopped at once and its GPUs released (`_attempt_end_unwanted`), here and not by
+       the poll, which leaves such GPUs alone while a launch may still start the program
+       (see `_release_stopped`).
     """
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.state != JobState.STARTING or job.attempt != attempt:
         logger.info("Launch of job %s attempt %s skipped: the job moved on.", job_id, attempt)
+        if job is not None and _attempt_unreleased(job_id=job_id, attempt=attempt):
+            # An earlier try of this task may have started it before losing the node's
+            # answer: only a stop makes the GPUs safe to release.
+            _attempt_end_unwanted(job_id=job_id, attempt=attempt)
         return None
     node = node_of_attempt(job_id=job_id, attempt=attempt)
     if node is None:
@@ -156,10 +168,15 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
         result = session.run(script, timeout=settings.GPULAB_LAUNCH_TIMEOUT_SECONDS)
     if result.exit_status != 0:
         detail = (result.stderr or result.stdout).strip()[-400:]
-        return job_launch_failed(
-            job_id=job_id,
-            message=f"Launch on {node.name} failed (exit {result.exit_status}): {detail}",
-        )
+        try:
+            return job_launch_failed(
+                job_id=job_id,
+                message=f"Launch on {node.name} failed (exit {result.exit_status}): {detail}",
+            )
+        except ApplicationError as exc:
+            logger.info("Job %s failed to launch but moved on meanwhile: %s", job_id, exc)
+            _attempt_end_unwanted(job_id=job_id, attempt=attempt)
+            return None
     handle = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "?"
     name = runtimes.attempt_name(job_id, attempt)
     try:
@@ -168,22 +185,62 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
             message=f"Running on {node.name} ({node.runtime} {name}, pid/id {handle[:12]}).",
         )
     except ApplicationError as exc:
-        # Cancelled while starting: the status poll stops the orphaned attempt.
         logger.info("Job %s started on %s but moved on meanwhile: %s", job_id, node.name, exc)
+        _attempt_end_unwanted(job_id=job_id, attempt=attempt)
         return None
 
 
-def agent_launch_gave_up(*, job_id: int, attempt: int, reason: str) -> None:
+def _attempt_unreleased(*, job_id: int, attempt: int) -> bool:
+    return Allocation.objects.filter(
+        job_id=job_id, attempt=attempt, ended_at__isnull=False, released_at__isnull=True
+    ).exists()
+
+
+def _attempt_end_unwanted(*, job_id: int, attempt: int) -> None:
+    """Stop an attempt whose job moved on during its launch; then release its GPUs.
+
+    No grace: the program has only just started and its job is over. Node trouble is
+    logged, not raised: the GPUs then stay held, and the poll stops the attempt and
+    releases them once no launch can be under way any more.
+    """
+    node = node_of_attempt(job_id=job_id, attempt=attempt)
+    if node is None:
+        return
+    try:
+        with node_ssh(node) as session:
+            status = _stop_attempt(session, job_id=job_id, attempt=attempt, grace_seconds=0)
+    except ApplicationError as exc:
+        logger.warning("Job %s attempt %s could not be stopped: %s", job_id, attempt, exc)
+        return
+    if status.state in {"running", "unreadable"}:
+        # Still there, or docker could not say: not known to be gone, so not released.
+        logger.warning("Job %s attempt %s may still run after its stop.", job_id, attempt)
+        return
+    released = Allocation.objects.filter(
+        job_id=job_id, attempt=attempt, ended_at__isnull=False, released_at__isnull=True
+    ).update(released_at=timezone.now())
+    if released:
+        round_request_on_commit()  # the job waiting for these GPUs need not wait a poll
+
+
+def agent_launch_gave_up(*, job_id: int, attempt: int, error: ApplicationError) -> None:
     """The node could not be reached to launch: the job is LOST and requeued.
 
     It is the node's fault, not the job's, so no retry is charged; the node leaves the
-    pool (DOWN, with the reason) so the next round does not place the job there again.
+    pool (DOWN) so the next round does not place the job there again. Every user can
+    read a node's reason, so it says only what kind of trouble it was; the SSH error
+    itself (addresses, users, key paths) goes to the log.
     """
     if not Job.objects.filter(pk=job_id, attempt=attempt, state=JobState.STARTING).exists():
         # A stale delivery: another one launched it (or the job moved on), so the node
         # answered after all. Taking it down now would requeue healthy jobs.
         logger.info("Launch of job %s attempt %s gave up after it moved on.", job_id, attempt)
         return
+    if isinstance(error, HostKeyRefused):
+        reason = "Host key not approved for SSH; an admin must review it."
+    else:
+        reason = "Unreachable over SSH."
+    logger.warning("Launch of job %s attempt %s gave up: %s", job_id, attempt, error.message)
     node = node_of_attempt(job_id=job_id, attempt=attempt)
     if node is None:
         _lose_and_requeue(job_id=job_id, attempt=attempt, message=f"Launch failed: {reason}")
@@ -223,6 +280,10 @@ def _parse_docker_status(result_stdout: str, exit_status: int, stderr: str = "")
     if len(words) != 2:
         return AttemptStatus("unreadable")
     if words[0] in {"exited", "dead"} and words[1].lstrip("-").isdigit():
+        return AttemptStatus("exited", int(words[1]))
+    if words[0] == "created" and words[1].lstrip("-").isdigit() and int(words[1]) != 0:
+        # Docker could not start it (OCI create failed: 127, 126...): it never ran and
+        # never will, though docker still lists it as created.
         return AttemptStatus("exited", int(words[1]))
     return AttemptStatus("running")
 
@@ -343,12 +404,27 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
 def _release_stopped(*, node_id: int, ended_before: datetime) -> None:
     """Attempts that had ended here before `_stop_stale` listed what still runs are
     stopped now (it stopped those it found): their devices may take new jobs. One
-    cancelled after the listing may still run, and waits for the next poll."""
+    cancelled after the listing may still run, and waits for the next poll.
+
+    Also left held: an attempt that never reached RUNNING, while its launch may still be
+    under way (placed less than the launch task's time limit ago). Cancelled during the
+    launch, it was not running when listed, but the launch may start it a moment later;
+    the launch then stops it and releases the GPUs itself (`_attempt_end_unwanted`).
+    """
+    now = timezone.now()
+    reached_running = JobEvent.objects.filter(
+        job_id=OuterRef("job_id"),
+        to_state=JobState.RUNNING,
+        created_at__gte=OuterRef("started_at"),
+    )
+    launch_may_run = Q(
+        started_at__gt=now - timedelta(seconds=launch_time_limit_seconds())
+    ) & ~Exists(reached_running)
     Allocation.objects.filter(
         device__node_id=node_id,
         ended_at__lt=ended_before,
         released_at__isnull=True,
-    ).update(released_at=timezone.now())
+    ).exclude(launch_may_run).update(released_at=now)
 
 
 def _running_on_node(session: NodeSession) -> list[tuple[int, int]]:
@@ -364,13 +440,27 @@ def _running_on_node(session: NodeSession) -> list[tuple[int, int]]:
 def _stop_stale(
     session: NodeSession, *, keep: list[LiveAttempt], grace_seconds: int
 ) -> list[tuple[int, int]]:
+    """Stop every attempt running on the node that is not in `keep`, all at once: one
+    grace period for all of them, so n stale attempts fit the poll's time limit."""
     wanted = {(live.job_id, live.attempt) for live in keep}
     stale = [pair for pair in _running_on_node(session) if pair not in wanted]
+    if not stale:
+        return stale
     for job_id, attempt in stale:
         logger.warning(
             "Stopping stale attempt %s of job %s on %s.", attempt, job_id, session.node.name
         )
-        _stop_attempt(session, job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+    timeout = grace_seconds + session.timeout
+    if session.node.runtime == Runtime.DOCKER:
+        markers = "; ".join(runtimes.stop_marker_script(_run_dir(*pair)) for pair in stale)
+        session.run(markers)
+        names = [runtimes.attempt_name(*pair) for pair in stale]
+        session.run(
+            shlex.join(runtimes.docker_stop_all_argv(names, grace_seconds)), timeout=timeout
+        )
+    else:
+        run_dirs = [_run_dir(*pair) for pair in stale]
+        session.run(runtimes.wrapped_stop_all_script(run_dirs, grace_seconds), timeout=timeout)
     return stale
 
 
@@ -385,10 +475,8 @@ def agent_logs_tail(*, job_id: int, stream: str = "stdout", max_bytes: int = 655
     with node_ssh(node) as session:
         if node.runtime == Runtime.DOCKER:
             name = runtimes.attempt_name(job_id, job.attempt)
-            argv = runtimes.docker_logs_argv(name, max_lines=2000)
-            # docker logs replays the container's stdout on 1 and stderr on 2.
-            result = session.run(shlex.join(argv))
-            return (result.stdout if stream == "stdout" else result.stderr)[-max_bytes:]
+            script = runtimes.docker_logs_script(name, stream, max_lines=2000, max_bytes=max_bytes)
+            return session.run(script).stdout
         script = runtimes.wrapped_logs_script(_run_dir(job_id, job.attempt), stream, max_bytes)
         return session.run(script).stdout
 
@@ -408,17 +496,38 @@ def node_agent_bootstrap(
 ) -> str:
     """Install and (re)start the node agent on a node over SSH; returns its pid there.
 
-    1. A fresh agent token (older ones are revoked, so a stale agent stops counting).
+    1. A fresh agent token. Older ones are revoked only once the new agent runs (so a
+       stale agent stops counting); if the bootstrap fails, the new token is revoked and
+       the running agent keeps reporting.
     2. The agent's files and the token (mode 600) are copied over SFTP into
        GPULAB_NODE_AGENT_DIR; the agent needs only Python and, on GPU nodes, pynvml.
     3. A running agent (agent.pid) is stopped and a new one started, detached, logging
        to agent.log. Fails with the log's tail if it dies at once.
     For a permanent install, run the same command line from a systemd unit instead.
     """
-    from .heartbeats import node_agent_token_create  # heartbeats imports this module
+    from .heartbeats import (  # heartbeats imports this module
+        node_agent_token_create,
+        node_agent_tokens_replaced,
+        node_agent_tokens_revoke,
+    )
 
     node = Node.objects.get(pk=node_id)
-    _, key = node_agent_token_create(node_id=node.pk)
+    token, key = node_agent_token_create(node_id=node.pk, revoke_others=False)
+    try:
+        pid = _agent_install_and_start(
+            node, key=key, control_plane_url=control_plane_url, python=python, extra_args=extra_args
+        )
+    except Exception:
+        node_agent_tokens_revoke(token_ids=[token.pk])
+        raise
+    node_agent_tokens_replaced(token=token)
+    return pid
+
+
+def _agent_install_and_start(
+    node: Node, *, key: str, control_plane_url: str, python: str, extra_args: tuple[str, ...]
+) -> str:
+    """Copy the agent and its token to `node` and (re)start it; returns its pid there."""
     agent_dir = settings.GPULAB_NODE_AGENT_DIR.rstrip("/")
     quoted = shlex.quote(agent_dir)
     argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import select
 import shlex
 import time
 from collections.abc import Iterator
@@ -40,6 +41,24 @@ class HostKeyRefused(ApplicationError):
 
     status_code = 409
     default_code = "host_key_refused"
+
+
+class SshMisconfigured(ApplicationError):
+    """gpulab's own SSH setup is broken (no key, or one it cannot read): no node's fault.
+
+    Raised before any connection is tried, so callers never take a node down or requeue
+    its jobs for it; an admin must fix the worker's configuration.
+    """
+
+    status_code = 503
+    default_code = "ssh_misconfigured"
+
+
+# Each stream of a command's output is kept up to this many bytes (its end, where the
+# last line a launch prints and the newest log lines are): a chatty command cannot fill
+# the worker's memory.
+MAX_OUTPUT_BYTES = 1024 * 1024
+_READ_CHUNK = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -90,23 +109,32 @@ class _RecordAndReject(paramiko.RejectPolicy):
 
 
 def _client_key() -> paramiko.PKey:
+    """gpulab's private key, or SshMisconfigured: a local problem, never the node's."""
     path = settings.GPULAB_SSH_KEY_FILE
     if not path:
-        raise ApplicationError("GPULAB_SSH_KEY_FILE is not set: no key to log in to nodes with.")
+        raise SshMisconfigured("GPULAB_SSH_KEY_FILE is not set: no key to log in to nodes with.")
     for key_class in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
         try:
             return key_class.from_private_key_file(path)
         except paramiko.SSHException:
-            continue
-    raise ApplicationError(f"GPULAB_SSH_KEY_FILE={path!r} is not a readable private key.")
+            continue  # not this key type (or a passphrase): try the next
+        except OSError as exc:  # missing file, no permission
+            raise SshMisconfigured(
+                f"GPULAB_SSH_KEY_FILE={path!r} cannot be read: {exc.strerror or exc}."
+            ) from exc
+    raise SshMisconfigured(f"GPULAB_SSH_KEY_FILE={path!r} is not a readable private key.")
 
 
 @contextmanager
 def node_ssh(node: Node) -> Iterator[NodeSession]:
     """An authenticated SSH session to `node`, retried a few times on network errors.
 
-    Raises HostKeyRefused (unknown or changed host key: not retried) or NodeUnreachable.
+    Raises HostKeyRefused (unknown or changed host key: not retried), NodeUnreachable,
+    or SshMisconfigured (gpulab's own key is missing or unreadable: not the node's fault).
     """
+    # Loaded before the retry loop: the key is a local file, so an OSError reading it
+    # must not pass for the network error the loop retries and blames on the node.
+    pkey = _client_key()
     approved = list(NodeHostKey.objects.filter(node=node, approved_at__isnull=False))
     attempts = settings.GPULAB_SSH_CONNECT_ATTEMPTS
     timeout = settings.GPULAB_SSH_TIMEOUT_SECONDS
@@ -126,7 +154,7 @@ def node_ssh(node: Node) -> Iterator[NodeSession]:
                 node.address,
                 port=node.ssh_port,
                 username=node.ssh_user,
-                pkey=_client_key(),
+                pkey=pkey,
                 timeout=timeout,
                 banner_timeout=timeout,
                 auth_timeout=timeout,
@@ -171,17 +199,66 @@ class NodeSession:
     client: paramiko.SSHClient
     timeout: float
 
-    def run(self, script: str, *, timeout: float | None = None) -> CommandResult:
+    def run(
+        self, script: str, *, timeout: float | None = None, max_bytes: int = MAX_OUTPUT_BYTES
+    ) -> CommandResult:
         """Run `script` with `sh -c` (whatever the login shell is), return its output.
 
         `script` is shell text built by `agents.runtimes` from quoted pieces only.
+        `timeout` bounds the whole command, not each read: one that keeps printing
+        still ends then. Both streams are read as they arrive (reading stdout to its end
+        first would deadlock on a command that fills the SSH window with stderr), and
+        each keeps only its last `max_bytes`.
         """
         command = shlex.join(["sh", "-c", script])
+        limit = timeout or self.timeout
+        deadline = time.monotonic() + limit
+        out, err = _Tail(max_bytes), _Tail(max_bytes)
+        channel: paramiko.Channel | None = None
         try:
-            _, stdout, stderr = self.client.exec_command(command, timeout=timeout or self.timeout)
-            out = stdout.read().decode(errors="replace")
-            err = stderr.read().decode(errors="replace")
-            status = stdout.channel.recv_exit_status()
+            transport = self.client.get_transport()
+            if transport is None or not transport.is_active():
+                raise paramiko.SSHException("the SSH connection is closed")
+            channel = transport.open_session(timeout=limit)
+            channel.exec_command(command)
+            channel.shutdown_write()  # nothing to send: a command reading stdin gets EOF
+            while True:
+                if channel.recv_ready():
+                    out.add(channel.recv(_READ_CHUNK))
+                if channel.recv_stderr_ready():
+                    err.add(channel.recv_stderr(_READ_CHUNK))
+                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+                if drained and (channel.eof_received or channel.closed):
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no end after {limit:g} s")
+                if drained:
+                    # The channel's fileno turns readable on data on either stream or EOF.
+                    select.select([channel], [], [], min(remaining, 1.0))
+            if not channel.status_event.wait(max(deadline - time.monotonic(), 0.1)):
+                raise TimeoutError(f"no exit status after {limit:g} s")
+            status = channel.recv_exit_status()
         except (TimeoutError, OSError, paramiko.SSHException) as exc:
             raise NodeUnreachable(f"Command on node {self.node.name} failed: {exc}") from exc
-        return CommandResult(exit_status=status, stdout=out, stderr=err)
+        finally:
+            if channel is not None:
+                channel.close()
+        return CommandResult(exit_status=status, stdout=out.text(), stderr=err.text())
+
+
+class _Tail:
+    """The last `limit` bytes written to it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buffer = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        # Trimmed in batches, not at every chunk, so keeping the tail stays linear.
+        if len(self.buffer) > 2 * self.limit:
+            del self.buffer[: len(self.buffer) - self.limit]
+
+    def text(self) -> str:
+        return bytes(self.buffer[-self.limit :]).decode(errors="replace")

@@ -2,10 +2,14 @@
 
 They own only the retry policy: network trouble (NodeUnreachable) is retried with
 backoff; a refused host key is not (an admin must act), and the launch then gives up.
+gpulab's own SSH setup failing (SshMisconfigured: no key, or an unreadable one) is no
+node's fault: it is logged as an error and nothing is charged to the node or its jobs;
+the launches and stops are asked for again by `agent_poll_all_task` once it is fixed.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from celery import shared_task
@@ -19,18 +23,29 @@ from scheduler.selectors import scheduler_config_get
 from .heartbeats import metrics_rollup
 from .selectors import attempts_overdue, nodes_to_poll
 from .services import (
+    SSH_MARGIN_SECONDS,
     agent_launch,
     agent_launch_gave_up,
     agent_node_poll,
     agent_stop,
+    launch_time_limit_seconds,
     node_liveness_sweep,
     node_return_reconcile,
 )
 from .simulated import simulated_heartbeats
-from .ssh import HostKeyRefused, NodeUnreachable
+from .ssh import HostKeyRefused, NodeUnreachable, SshMisconfigured
+
+logger = logging.getLogger(__name__)
 
 SSH_RETRIES = 3
-SSH_MARGIN_SECONDS = 300  # connect attempts and commands around the wait itself
+# Stopping stale attempts waits one grace period (all are stopped together), which an
+# admin may set up to MAX_PREEMPTION_GRACE_SECONDS; the poll's status checks and the
+# listing are ordinary SSH commands, covered by the margin.
+STOPPING_TIME_LIMIT = MAX_PREEMPTION_GRACE_SECONDS + SSH_MARGIN_SECONDS
+
+
+def _misconfigured(exc: SshMisconfigured, what: str) -> None:
+    logger.error("SSH is misconfigured on this worker, so %s did not run: %s", what, exc.message)
 
 
 # Above GPULAB_LAUNCH_TIMEOUT_SECONDS (600 by default: an image pull may be slow), with
@@ -39,7 +54,7 @@ SSH_MARGIN_SECONDS = 300  # connect attempts and commands around the wait itself
     bind=True,
     name="agents.launch",
     max_retries=SSH_RETRIES,
-    time_limit=settings.GPULAB_LAUNCH_TIMEOUT_SECONDS + SSH_MARGIN_SECONDS,
+    time_limit=launch_time_limit_seconds(),
 )
 def agent_launch_task(self, job_id: int, attempt: int) -> None:  # type: ignore[no-untyped-def]
     try:
@@ -47,31 +62,35 @@ def agent_launch_task(self, job_id: int, attempt: int) -> None:  # type: ignore[
     except NodeUnreachable as exc:
         if self.request.retries < SSH_RETRIES:
             raise self.retry(countdown=5 * 2**self.request.retries) from exc
-        agent_launch_gave_up(job_id=job_id, attempt=attempt, reason=exc.message)
+        agent_launch_gave_up(job_id=job_id, attempt=attempt, error=exc)
     except HostKeyRefused as exc:
-        agent_launch_gave_up(job_id=job_id, attempt=attempt, reason=exc.message)
+        agent_launch_gave_up(job_id=job_id, attempt=attempt, error=exc)
+    except SshMisconfigured as exc:
+        # The job stays STARTING; the overdue sweep asks for its launch again.
+        _misconfigured(exc, f"the launch of job {job_id} attempt {attempt}")
 
 
 # Long enough for the longest preemption grace an admin can set, plus SSH time.
-@shared_task(
-    bind=True,
-    name="agents.stop",
-    max_retries=SSH_RETRIES,
-    time_limit=MAX_PREEMPTION_GRACE_SECONDS + SSH_MARGIN_SECONDS,
-)
+@shared_task(bind=True, name="agents.stop", max_retries=SSH_RETRIES, time_limit=STOPPING_TIME_LIMIT)
 def agent_stop_task(self, job_id: int, attempt: int, grace_seconds: int) -> None:  # type: ignore[no-untyped-def]
     try:
         agent_stop(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
+    except SshMisconfigured as exc:
+        _misconfigured(exc, f"the stop of job {job_id} attempt {attempt}")
     except NodeUnreachable as exc:
         # A node that stays unreachable goes DOWN through the liveness sweep, which
         # requeues the job; retrying here covers a blip.
         raise self.retry(countdown=5 * 2**self.request.retries) from exc
 
 
-@shared_task(name="agents.node_poll", time_limit=600)
-def agent_node_poll_task(node_id: int) -> dict[str, int]:
+@shared_task(name="agents.node_poll", time_limit=STOPPING_TIME_LIMIT)
+def agent_node_poll_task(node_id: int) -> dict[str, int] | None:
     grace = scheduler_config_get().preemption_grace_seconds
-    return agent_node_poll(node_id=node_id, grace_seconds=grace)
+    try:
+        return agent_node_poll(node_id=node_id, grace_seconds=grace)
+    except SshMisconfigured as exc:
+        _misconfigured(exc, f"the poll of node {node_id}")
+        return None
 
 
 @shared_task(name="agents.poll_all", time_limit=30)
@@ -105,13 +124,20 @@ def node_drain_settle_task() -> list[str]:
 
 
 @shared_task(
-    name="agents.node_return_reconcile", max_retries=SSH_RETRIES, bind=True, time_limit=900
+    name="agents.node_return_reconcile",
+    max_retries=SSH_RETRIES,
+    bind=True,
+    time_limit=STOPPING_TIME_LIMIT,
 )
 def node_return_reconcile_task(self, node_id: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
     """A DOWN node sent a heartbeat: stop its stale attempts, then it is UP again."""
     grace = scheduler_config_get().preemption_grace_seconds
     try:
         stopped = node_return_reconcile(node_id=node_id, grace_seconds=grace)
+    except SshMisconfigured as exc:
+        # The node stays DOWN; its next heartbeat asks for the reconcile again.
+        _misconfigured(exc, f"the return of node {node_id}")
+        return []
     except NodeUnreachable as exc:
         raise self.retry(countdown=10) from exc
     return [list(pair) for pair in stopped]

@@ -11,6 +11,7 @@ from accounts.models import User
 from .choices import Consolidation
 from .models import Job
 from .services import JobSpec
+from .validation import MAX_COMMAND_LAUNCH_BYTES
 
 
 class JobSubmitForm(forms.Form):
@@ -21,8 +22,11 @@ class JobSubmitForm(forms.Form):
         max_length=255,
         help_text="Container image, e.g. pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
     )
+    # The submission budget, which also binds the API: any command the API accepted fits
+    # here once joined back (quoted once is shorter than the twice-quoted budget, and a
+    # character is at least a byte), so "clone and resubmit" never exceeds the field.
     command = forms.CharField(
-        max_length=16384,
+        max_length=MAX_COMMAND_LAUNCH_BYTES,
         help_text="Split like a shell would (quotes group words) but never run through a shell.",
     )
     num_gpus = forms.IntegerField(min_value=1, initial=1, label="GPUs")

@@ -7,6 +7,7 @@ The service (`jobs.services.job_submit`) runs these first and the database-backe
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from config.text_guards import text_problem
@@ -32,6 +33,13 @@ MAX_ARGS = 1024
 MAX_ENV_VARS = 256
 MAX_ENV_VALUE_LENGTH = 8192
 MAX_WALLTIME_SECONDS = 30 * 24 * 3600
+# A launch reaches the node as one argument (sshd runs `$SHELL -c <script>`), and Linux
+# refuses any single argument over 128 KiB ("Argument list too long"). Inside it, argv
+# and environment are shell-quoted twice (the runtime's script, then `sh -c` around it:
+# a quote costs up to 17 bytes). These budgets for the twice-quoted text leave 32 KiB
+# for the rest: the wrapper, gpulab's own variables, paths, docker's flags.
+MAX_COMMAND_LAUNCH_BYTES = 64 * 1024
+MAX_ENV_LAUNCH_BYTES = 32 * 1024
 MAX_RETRIES = 10
 
 
@@ -65,6 +73,11 @@ def command_errors(command: Any) -> list[str]:
             errors.append(f"Argument {position} is longer than {MAX_ARG_LENGTH} characters.")
     if not errors and not command[0].strip():
         errors.append("The program (argument 0) is empty.")
+    if not errors and (size := launch_bytes(command)) > MAX_COMMAND_LAUNCH_BYTES:
+        errors.append(
+            f"The command is too long to launch: {size} bytes once quoted for the node's "
+            f"shell, at most {MAX_COMMAND_LAUNCH_BYTES}. Pass large inputs in a file instead."
+        )
     return errors
 
 
@@ -85,7 +98,20 @@ def env_errors(env: Any) -> list[str]:
             errors.append(f"The value of {name} {problem}.")
         elif len(value) > MAX_ENV_VALUE_LENGTH:
             errors.append(f"The value of {name} is longer than {MAX_ENV_VALUE_LENGTH} characters.")
+    # Measured as apptainer gets them (APPTAINERENV_NAME=value), the longest form.
+    words = [f"APPTAINERENV_{name}={value}" for name, value in env.items()]
+    if not errors and (size := launch_bytes(words)) > MAX_ENV_LAUNCH_BYTES:
+        errors.append(
+            f"The variables are too long to launch: {size} bytes once quoted for the "
+            f"node's shell, at most {MAX_ENV_LAUNCH_BYTES}. Pass large values in a file instead."
+        )
     return errors
+
+
+def launch_bytes(words: list[str]) -> int:
+    """How many bytes `words` take in the one argument a launch sends to the node:
+    quoted for the runtime's script, then again for `sh -c` around it."""
+    return len(shlex.quote(shlex.join(words)).encode())
 
 
 def integer_errors(value: Any, *, minimum: int, maximum: int | None = None) -> list[str]:

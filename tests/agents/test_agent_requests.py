@@ -14,6 +14,7 @@ from agents.services import (
     agent_stop_request,
     node_liveness_sweep,
 )
+from agents.ssh import HostKeyRefused, NodeUnreachable
 from cluster.choices import NodeState
 from cluster.models import Node
 from config.celery_app import app
@@ -61,14 +62,17 @@ def test_a_launch_that_cannot_reach_the_node_requeues_the_job_and_takes_the_node
 ) -> None:
     job = started_job(real_node, command=["true"], max_retries=0)
 
-    agent_launch_gave_up(job_id=job.pk, attempt=1, reason="Node real-0 is unreachable over SSH.")
+    agent_launch_gave_up(
+        job_id=job.pk,
+        attempt=1,
+        error=NodeUnreachable("Node real-0 is unreachable over SSH: [Errno 113] No route"),
+    )
 
     job.refresh_from_db()
     assert (job.state, job.retries_used) == (JobState.PENDING, 0)
     real_node.refresh_from_db()
-    assert (real_node.state, real_node.state_reason) == (
-        NodeState.DOWN, "Node real-0 is unreachable over SSH.",
-    )  # fmt: skip
+    # Every user reads state_reason: the SSH error's detail stays in the worker's log.
+    assert (real_node.state, real_node.state_reason) == (NodeState.DOWN, "Unreachable over SSH.")
 
 
 def test_a_node_taken_down_by_a_failed_launch_requeues_its_other_jobs_too(real_node: Node) -> None:
@@ -85,12 +89,12 @@ def test_a_node_taken_down_by_a_failed_launch_requeues_its_other_jobs_too(real_n
     job_mark_running(job_id=stopping.pk)
     job_preempt(job_id=stopping.pk, reason="test")
 
-    agent_launch_gave_up(job_id=launching.pk, attempt=1, reason="Host key refused.")
+    agent_launch_gave_up(job_id=launching.pk, attempt=1, error=HostKeyRefused("Host key refused."))
 
     assert set(Job.objects.values_list("state", flat=True)) == {JobState.PENDING}
     assert not Allocation.objects.filter(ended_at__isnull=True).exists()
     assert Job.objects.get(pk=running.pk).reason == (
-        "Node real-0 went down (host key refused). Requeued."
+        "Node real-0 went down (host key not approved for SSH; an admin must review it). Requeued."
     )
     assert Job.objects.get(pk=running.pk).retries_used == 0
 
@@ -101,7 +105,7 @@ def test_a_stale_launch_delivery_that_gives_up_leaves_the_running_job_and_node_a
     job = started_job(real_node, command=["true"])
     job_mark_running(job_id=job.pk)  # the other delivery reached the node and launched it
 
-    agent_launch_gave_up(job_id=job.pk, attempt=1, reason="Node real-0 is unreachable over SSH.")
+    agent_launch_gave_up(job_id=job.pk, attempt=1, error=NodeUnreachable("unreachable"))
 
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
     real_node.refresh_from_db()

@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agents.heartbeats import node_agent_token_check, node_agent_token_create
 from agents.models import NodeAgentToken
 from agents.services import node_agent_bootstrap
 from cluster.models import Device, Node
+from config.errors import ApplicationError
 from tests.agents.conftest import wait_for
 
 
@@ -20,6 +24,7 @@ def test_a_bootstrapped_agent_reports_and_its_gpus_register_themselves(
     transactional_db: None, ssh_node: Node, live_server: Any, settings: Any, tmp_path: Path
 ) -> None:
     settings.GPULAB_NODE_AGENT_DIR = str(tmp_path / "agent")
+    _, old_key = node_agent_token_create(node_id=ssh_node.pk)
     pid = node_agent_bootstrap(
         node_id=ssh_node.pk,
         control_plane_url=live_server.url,
@@ -35,6 +40,22 @@ def test_a_bootstrapped_agent_reports_and_its_gpus_register_themselves(
         token_file = tmp_path / "agent" / "token"
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert NodeAgentToken.objects.filter(node=ssh_node, revoked_at__isnull=True).count() == 1
+        assert node_agent_token_check(key=old_key) is None  # the replaced agent stops counting
     finally:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGTERM)
+
+
+def test_a_failed_bootstrap_leaves_the_running_agents_token_working(
+    transactional_db: None, ssh_node: Node, settings: Any, tmp_path: Path
+) -> None:
+    settings.GPULAB_NODE_AGENT_DIR = str(tmp_path / "agent")
+    _, running_key = node_agent_token_create(node_id=ssh_node.pk)
+
+    with pytest.raises(ApplicationError, match="did not start"):
+        node_agent_bootstrap(
+            node_id=ssh_node.pk, control_plane_url="http://127.0.0.1:9", python="/nonexistent/py"
+        )
+
+    assert node_agent_token_check(key=running_key) == ssh_node
+    assert NodeAgentToken.objects.filter(node=ssh_node, revoked_at__isnull=True).count() == 1

@@ -12,7 +12,7 @@ from agents.runtimes import (
     LaunchRefused,
     LaunchSpec,
     apptainer_exec_argv,
-    docker_inspect_id_argv,
+    docker_launch_inspect_argv,
     docker_logs_argv,
     docker_run_argv,
     docker_status_argv,
@@ -146,8 +146,15 @@ def test_the_launch_script_passes_user_input_only_as_quoted_arguments_of_a_const
             ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", "gpulab-42-3"],
         ),
         (
-            lambda: docker_inspect_id_argv("gpulab-42-3"),
-            ["docker", "container", "inspect", "-f", "{{.Id}}", "gpulab-42-3"],
+            lambda: docker_launch_inspect_argv("gpulab-42-3"),
+            [
+                "docker",
+                "container",
+                "inspect",
+                "-f",
+                "{{.State.Status}} {{.State.ExitCode}} {{.Id}}",
+                "gpulab-42-3",
+            ],
         ),
         (
             lambda: docker_logs_argv("gpulab-42-3", 100),
@@ -213,7 +220,7 @@ def test_docker_status_is_unknown_only_when_docker_has_no_such_container(
 FAKE_DOCKER = """#!/bin/sh
 # `docker run` loses the name to a concurrent delivery that created the container first.
 case "$1 $2" in
-  "container inspect") [ -e "$STATE/created" ] && echo c0ffee && exit 0; exit 1 ;;
+  "container inspect") [ -e "$STATE/created" ] && echo running 0 c0ffee && exit 0; exit 1 ;;
   "run -d") touch "$STATE/created"; echo "Conflict. The container name is in use" >&2; exit 125 ;;
 esac
 exit 2
