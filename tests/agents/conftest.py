@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from agents.models import NodeHostKey
@@ -179,3 +180,16 @@ def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.1):  # typ
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+@pytest.fixture
+def fresh_rate_limits() -> None:
+    """Heartbeat rate limits start from zero (they live in the cache)."""
+    cache.clear()
+
+
+@pytest.fixture
+def node(db: None) -> Node:
+    """A node whose agent reports a100 GPUs (registered by its heartbeats)."""
+    DeviceTypeFactory(name="a100", speed=2.0)
+    return NodeFactory(name="gpu-7")

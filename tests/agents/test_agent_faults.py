@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from agents.heartbeats import node_agent_token_create
@@ -25,20 +24,9 @@ from cluster.services import device_retire
 from config.errors import Conflict
 from tests.agents.conftest import started_job
 from tests.agents.test_heartbeat_api import ClientSession
-from tests.factories import DeviceTypeFactory, NodeFactory
 
 URL = "/api/v1/agents/heartbeat/"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_rate_limits() -> None:
-    cache.clear()
-
-
-@pytest.fixture
-def node(db: None) -> Node:
-    DeviceTypeFactory(name="a100", speed=2.0)
-    return NodeFactory(name="gpu-7")
+pytestmark = pytest.mark.usefixtures("fresh_rate_limits")
 
 
 class Agent:

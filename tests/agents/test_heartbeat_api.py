@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
@@ -22,9 +21,10 @@ from cluster.choices import NodeState
 from cluster.models import Device, Node
 from jobs.services import job_mark_running
 from tests.agents.conftest import started_job
-from tests.factories import DeviceTypeFactory, NodeFactory
+from tests.factories import NodeFactory
 
 URL = "/api/v1/agents/heartbeat/"
+pytestmark = pytest.mark.usefixtures("fresh_rate_limits")
 MIB = 1024 * 1024
 
 
@@ -39,17 +39,6 @@ class ClientSession:
         return self.client.post(
             "/" + path, json, format="json", HTTP_AUTHORIZATION=headers["Authorization"]
         )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_rate_limits() -> None:
-    cache.clear()
-
-
-@pytest.fixture
-def node(db: None) -> Node:
-    DeviceTypeFactory(name="a100", speed=2.0)
-    return NodeFactory(name="gpu-7")
 
 
 def beat(node: Node, nvml: SimulatedNvml, job_of: Any = None) -> int:

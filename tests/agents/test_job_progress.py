@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -25,12 +24,8 @@ from tests.factories import DeviceFactory, DeviceTypeFactory, JobFactory, NodeFa
 from tests.scheduler.livefixtures import configure
 
 URL = "/api/v1/agents/heartbeat/"
+pytestmark = pytest.mark.usefixtures("fresh_rate_limits")
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_rate_limits() -> None:
-    cache.clear()
 
 
 @pytest.fixture

@@ -34,6 +34,19 @@ def configure(**values: object) -> SchedulerConfig:
     return config
 
 
+def configure_tiresias_rules() -> SchedulerConfig:
+    """Tiresias' own preemption rules (one threshold, no patience, any lower queue), so a
+    2-hour job is preempted for a new one at once: for tests of the round's plumbing,
+    which churn control would otherwise hold back."""
+    return configure(
+        placement="best-fit",
+        queue_thresholds=[3600.0],
+        min_runtime_seconds=300.0,
+        preempt_patience_seconds=0.0,
+        preempt_margin=1,
+    )
+
+
 def age_job(job_id: int, *, seconds: float) -> None:
     """Pretend the job's current state began `seconds` ago (its run, or its wait)."""
     earlier = timezone.now() - timedelta(seconds=seconds)

@@ -29,7 +29,12 @@ from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.services import ApplyResult, decisions_apply, scheduling_round_run
 from scheduler.snapshot import RoundContext, snapshot_build
 from tests.factories import DeviceFactory, DeviceTypeFactory, NodeFactory
-from tests.scheduler.livefixtures import age_job, assert_consistent, configure
+from tests.scheduler.livefixtures import (
+    age_job,
+    assert_consistent,
+    configure,
+    configure_tiresias_rules,
+)
 
 
 def submit(user, gpus: int) -> Job:
@@ -61,14 +66,7 @@ def apply(decisions: Decisions, context: RoundContext, now: datetime) -> ApplyRe
 
 @pytest.fixture
 def tiresias(db: None) -> None:
-    # Tiresias' own preemption rules, so a 2-hour job is preempted for a new one at once.
-    configure(
-        placement="best-fit",
-        queue_thresholds=[3600.0],
-        min_runtime_seconds=300.0,
-        preempt_patience_seconds=0.0,
-        preempt_margin=1,
-    )
+    configure_tiresias_rules()
 
 
 @pytest.mark.django_db

@@ -23,7 +23,13 @@ from scheduler.policies.las import spell_start
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.services import scheduling_round_run
 from scheduler.snapshot import snapshot_build
-from tests.scheduler.livefixtures import age_job, assert_consistent, configure, simulated_cluster
+from tests.scheduler.livefixtures import (
+    age_job,
+    assert_consistent,
+    configure,
+    configure_tiresias_rules,
+    simulated_cluster,
+)
 
 
 def submit(user, gpus: int, seconds: int = 600) -> Job:
@@ -35,15 +41,7 @@ def submit(user, gpus: int, seconds: int = 600) -> Job:
 
 @pytest.fixture
 def cluster(db):
-    # Tiresias' own preemption rules (no patience, any lower queue): these tests are about
-    # the round's plumbing, and churn control would hold back the preemptions they check.
-    configure(
-        placement="best-fit",
-        queue_thresholds=[3600.0],
-        min_runtime_seconds=300.0,
-        preempt_patience_seconds=0.0,
-        preempt_margin=1,
-    )
+    configure_tiresias_rules()
     return simulated_cluster(nodes=1, gpus_per_node=4)
 
 
