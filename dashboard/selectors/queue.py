@@ -29,6 +29,8 @@ REASON_WORDS = {
     "Behind": "Waiting behind higher-priority jobs",
     "NodeDrained": "The nodes it needs are drained",
     "Reserved": "Free GPUs are kept for a job that has waited long",
+    "Fairness": "Users with a smaller share of the cluster go first",
+    "WaitingForFasterType": "Waiting for a faster GPU type",
 }
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.
 WAIT_BINS: list[tuple[str, timedelta | None]] = [

@@ -234,6 +234,11 @@ class ReasonCode(StrEnum):
     NODE_DRAINED = "NodeDrained"
     # Free devices are kept for a starving job of a higher queue (the starvation guard).
     RESERVED = "Reserved"
+    # AlloX's fairness knob α left the owner out this round although devices are free: it
+    # serves the users with the smallest share of the cluster first (algorithms.md §3).
+    FAIRNESS = "Fairness"
+    # AlloX expects the job to finish sooner on a busier, faster type than on a free one.
+    WAITING_FOR_FASTER_TYPE = "WaitingForFasterType"
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,9 @@ What gpulab adds, and why:
   algorithms.md §1). Under heavy-tailed sizes a job that has run long is expected to run long
   still, so it weighs more in the matching and is pulled harder towards its fast type; a job
   that is throughput-sensitive (large speed ratio between types) is pulled harder too, since
-  its cost difference between types is larger. Without enough history (fewer than
-  `gittins_min_samples` finished jobs) the estimate is max(attained, prior median), the
-  prior median being the history's median or the first queue threshold (under FIFO, which
-  ignores the thresholds, the default's first: `fifo._fifo_view`).
+  its cost difference between types is larger. The distribution is the one 2D-Gittins
+  ranks by (`gittins.size_distribution`): the lab's finished jobs once there are
+  `gittins_min_samples` of them, else the shipped prior (`yarn-gput1000.csv`).
 - **D: free devices in the pass, busy devices in the window step.** As the pass calls it
   today, the placer gets only the jobs it chose (one job for one free K80), so every slot is
   a free device (D = 0): a job that would rather wait for a fast device lands at position
@@ -80,8 +79,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -103,6 +104,9 @@ from scheduler.core.types import (
 from scheduler.policies.placement import choose_pools
 from scheduler.policies.prices import TypePrices, backlog_prices, job_profile
 
+if TYPE_CHECKING:
+    from scheduler.policies.gittins import SizeDistribution
+
 # Relative cost perturbations that make ties deterministic without changing real choices:
 # an earlier job (priority order) wins a tie, then a faster type.
 _RANK_EPSILON = 1e-9
@@ -110,47 +114,56 @@ _TYPE_EPSILON = 1e-11
 
 
 class RemainingService:
-    """Expected remaining service E[S − a | S > a] from finished job sizes.
+    """Expected remaining service E[S − a | S > a] from a job-size distribution.
 
     Sizes are normalized GPU-seconds (the same unit as `Job.attained_service`). Sorted sizes
     and suffix sums make each query O(log n).
     """
 
-    def __init__(self, sizes: Sequence[float], *, min_samples: int, fallback: float) -> None:
+    def __init__(self, sizes: Sequence[float]) -> None:
         self._sizes = sorted(float(s) for s in sizes)
-        self._enough = len(self._sizes) >= max(1, min_samples)
         suffix = [0.0] * (len(self._sizes) + 1)
         for index in range(len(self._sizes) - 1, -1, -1):
             suffix[index] = suffix[index + 1] + self._sizes[index]
         self._suffix = suffix
+        median = 0.0
         if self._sizes:
             middle = len(self._sizes) // 2
-            fallback = (
+            median = (
                 self._sizes[middle]
                 if len(self._sizes) % 2
                 else 0.5 * (self._sizes[middle - 1] + self._sizes[middle])
             )
-        self._prior_median = max(fallback, 1.0)
+        self._median = max(median, 1.0)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> RemainingService:
-        settings = snapshot.settings
-        history = snapshot.finished_job_sizes[-settings.gittins_history :]
-        threshold = settings.queue_thresholds[0] if settings.queue_thresholds else 3600.0
-        return cls(history, min_samples=settings.gittins_min_samples, fallback=threshold)
+        """The estimate over the distribution 2D-Gittins ranks by (algorithms.md §3: "from
+        the Gittins distribution"): the lab's last `gittins_history` finished jobs once
+        there are `gittins_min_samples` of them, else the shipped prior."""
+        # Late import: gittins imports las, which imports this module.
+        from scheduler.policies.gittins import size_distribution
+
+        return _remaining_for(size_distribution(snapshot))
 
     def expected(self, attained: float) -> float:
         """Expected remaining normalized GPU-seconds of a job that has attained `attained`."""
         attained = max(0.0, attained)
-        if not self._enough:
-            return max(attained, self._prior_median)
         index = bisect.bisect_right(self._sizes, attained)
         above = len(self._sizes) - index
         if above == 0:
-            # Longer than every job seen: heavy-tailed sizes say it has about as much to go
-            # as it has done (the "Lindy" estimate), never less than the median.
-            return max(attained, self._prior_median)
+            # Longer than every job seen (or nothing seen): heavy-tailed sizes say it has
+            # about as much to go as it has done (the "Lindy" estimate), never less than
+            # the median.
+            return max(attained, self._median)
         return self._suffix[index] / above - attained
+
+
+@lru_cache(maxsize=8)
+def _remaining_for(distribution: SizeDistribution) -> RemainingService:
+    # Distributions are cached objects (the prior once, the learned one per history), so
+    # rounds with the same history share one estimator instead of re-sorting 1,000 sizes.
+    return RemainingService(distribution.sizes.tolist())
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +212,7 @@ def user_scores(snapshot: Snapshot) -> dict[str, float]:
         return {}
     speeds = _type_speeds(snapshot.devices)
     device_by_id = snapshot.device_by_id
-    scores: dict[str, float] = {}
+    shares: dict[str, list[float]] = {}
     # Jobs of one model share their speeds: cache (throughputs, accepted, type) -> ratio.
     ratios: dict[tuple[tuple[tuple[str, float], ...], tuple[str, ...], str], float] = {}
     for job in snapshot.jobs:
@@ -219,8 +232,11 @@ def user_scores(snapshot: Snapshot) -> dict[str, float]:
                 ratio = current / best if best > 0 else 1.0
                 ratios[key] = ratio
             share *= ratio
-        scores[job.user] = scores.get(job.user, 0.0) + share
-    return scores
+        shares.setdefault(job.user, []).append(share)
+    # fsum: the exact sum, whatever order the snapshot lists jobs in. A running float sum
+    # rounds differently per order and turned a tie between users into an order (α then
+    # admitted a different user when the snapshot listed the same jobs differently).
+    return {user: math.fsum(values) for user, values in shares.items()}
 
 
 def _admitted_users(
@@ -300,10 +316,30 @@ def place(
     offer_busy: bool | None = None,
 ) -> dict[int, tuple[int, ...]]:
     """`allox_place` with its design variant explicit (see `allox_place` for the steps)."""
+    return place_explained(jobs, free, snapshot, variant=variant, offer_busy=offer_busy)[0]
+
+
+def allox_place_explained(
+    jobs: Sequence[Job], free: Sequence[Device], snapshot: Snapshot
+) -> tuple[dict[int, tuple[int, ...]], dict[int, Reason]]:
+    """`allox_place`, plus why it left jobs out while devices they accept stay free."""
+    return place_explained(jobs, free, snapshot, variant=VARIANT)
+
+
+def place_explained(
+    jobs: Sequence[Job],
+    free: Sequence[Device],
+    snapshot: Snapshot,
+    *,
+    variant: Variant = Variant(),
+    offer_busy: bool | None = None,
+) -> tuple[dict[int, tuple[int, ...]], dict[int, Reason]]:
+    """`place`, plus a hold reason for each job it leaves out although free devices it
+    accepts remain (`_explain`); jobs that simply lacked room get none."""
     if offer_busy is not None:
         variant = replace(variant, offer_busy=offer_busy)
     if not jobs or not free:
-        return {}
+        return {}, {}
     settings = snapshot.settings
     estimator = RemainingService.from_snapshot(snapshot)
     classes, pools = _aggregate(free, snapshot, estimator if variant.offer_busy else None)
@@ -311,17 +347,80 @@ def place(
     window = settings.allox_window if settings.allox_window > 0 else len(jobs)
     fitting = [job for job in jobs if _fits_somewhere(job, classes)]
     if not fitting:
-        return {}
+        return {}, {}
     # L only matters when α can exclude someone.
     several = len({job.user for job in fitting}) > 1
     scores = user_scores(snapshot) if several and settings.allox_alpha < 1 else {}
-    for admitted in _admitted_users(fitting, scores, settings.allox_alpha):
+    admitted_sets = _admitted_users(fitting, scores, settings.allox_alpha)
+    users = len(admitted_sets[-1]) if admitted_sets else 0
+    for admitted in admitted_sets:
         candidates = [job for job in fitting if job.user in admitted][:window]
         assignment = _match_types(candidates, classes, estimator, best, variant.remaining_from)
         placements = _commit(candidates, assignment, classes, pools)
         if placements:
-            return placements
-    return {}
+            reasons = _explain(
+                fitting,
+                admitted,
+                users,
+                candidates,
+                assignment,
+                classes,
+                pools,
+                placements,
+                settings.allox_alpha,
+            )
+            return placements, reasons
+    return {}, {}
+
+
+def _explain(
+    fitting: Sequence[Job],
+    admitted: frozenset[str],
+    users: int,
+    candidates: Sequence[Job],
+    assignment: Sequence[_Slot],
+    classes: Sequence[_TypeClass],
+    pools: dict[str, dict[str, list[int]]],
+    placements: dict[int, tuple[int, ...]],
+    alpha: float,
+) -> dict[int, Reason]:
+    """Why a job AlloX left out waits although devices it accepts stay free.
+
+    `pools` is what `_commit` left free. A job it could start on them either belongs to a
+    user α did not admit (Fairness), or was matched to a later slot of a faster type
+    (WaitingForFasterType: AlloX expects it to finish sooner there). Jobs that fit nowhere
+    now get no reason: they lacked room, and the caller says so.
+    """
+    left: list[_TypeClass] = []
+    for cls in classes:
+        sizes = [len(ids) for ids in pools.get(cls.device_type, {}).values()]
+        left.append(replace(cls, capacity=sum(sizes), largest_pool=max(sizes, default=0)))
+    slot_of = {job.id: slot for job, slot in zip(candidates, assignment, strict=True)}
+    reasons: dict[int, Reason] = {}
+    for job in fitting:
+        if job.id in placements:
+            continue
+        open_types = [cls.device_type for cls in left if _fits(job, cls)]
+        if not open_types:
+            continue
+        if job.user not in admitted:
+            reasons[job.id] = Reason(
+                ReasonCode.FAIRNESS,
+                f"AlloX serves users with a smaller share of the cluster first "
+                f"(α = {alpha:g} admits {len(admitted)} of {users} users this round)",
+            )
+            continue
+        slot = slot_of.get(job.id)
+        if slot is None or slot[0] < 0:
+            continue  # outside the window: it waits its turn
+        matched = classes[slot[0]].device_type
+        if matched in open_types:
+            continue  # not a preference for another type: gang packing left it out
+        reasons[job.id] = Reason(
+            ReasonCode.WAITING_FOR_FASTER_TYPE,
+            f"expected to finish sooner on a {matched} than on a free {open_types[0]}",
+        )
+    return reasons
 
 
 def _aggregate(
@@ -541,7 +640,16 @@ PATIENCE_THRESHOLDS: float | None = None
 # Ablation switch (bench/gavel.py): False = AlloX only places the pass's own starts.
 WINDOW_STEP = True
 
-_CAPACITY_CODES = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
+# Jobs held waiting for devices: for room, or by AlloX's own choice while devices are free
+# (α, or a faster type). The window step, eviction and lending consider all of them.
+_CAPACITY_CODES = frozenset(
+    {
+        ReasonCode.BEHIND,
+        ReasonCode.WAITING_FOR_RESOURCES,
+        ReasonCode.FAIRNESS,
+        ReasonCode.WAITING_FOR_FASTER_TYPE,
+    }
+)
 
 
 def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
@@ -649,7 +757,7 @@ def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
                 job = replace(job, accepted_types=allowed)
         candidates.append(job)
 
-    placed = place(candidates, free, snapshot, variant=WINDOW_VARIANT)
+    placed, why = place_explained(candidates, free, snapshot, variant=WINDOW_VARIANT)
     starts: list[Start] = list(pinned)
     for job in candidates:
         device_ids = placed.get(job.id)
@@ -676,6 +784,11 @@ def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
         reasons[job_id] = Reason(
             ReasonCode.WAITING_FOR_RESOURCES, "AlloX: another job loses less on the free devices"
         )
+    # A candidate AlloX left out while devices it accepts stay free says why (α, or a
+    # faster type it expects to finish sooner on), not that it lacks room.
+    for job_id, reason in why.items():
+        if job_id in reasons:
+            reasons[job_id] = reason
     holds: list[Hold] = []
     for job_id in decisions.order:
         reason = reasons.get(job_id)
@@ -733,11 +846,13 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
         return Gate(snapshot)
     type_speeds = _type_speeds(schedulable)
     estimator = RemainingService.from_snapshot(snapshot)
-    work: dict[_JobKind, float] = {}
+    parts: dict[_JobKind, list[float]] = {}
     for job in snapshot.jobs:
         kind = (job.throughputs, job.accepted_types)
-        remaining = estimator.expected(job.attained_service) * job.num_gpus
-        work[kind] = work.get(kind, 0.0) + remaining
+        parts.setdefault(kind, []).append(estimator.expected(job.attained_service) * job.num_gpus)
+    # Exact sums in sorted kind order: the LP (hence every verdict) must not depend on the
+    # order the snapshot lists jobs in.
+    work = {kind: math.fsum(parts[kind]) for kind in sorted(parts)}
     profiles = {kind: job_profile(kind[0], kind[1], type_speeds) for kind in work}
     prices = backlog_prices(((profiles[kind], w) for kind, w in work.items()), schedulable)
     if prices is None:
@@ -807,7 +922,9 @@ EVICTION_FRACTION = 0.95
 EVICTION = True  # ablation switch (bench/experiments/gavel_variants)
 
 
-def evict_inefficient(gate: Gate, decisions: Decisions) -> Decisions:
+def evict_inefficient(
+    gate: Gate, decisions: Decisions, preemption_class: Mapping[int, int]
+) -> Decisions:
     """Under a queue, hand devices used well below their worth to waiting jobs that suit them.
 
     A job started on a type while nobody waited, or before the backlog's prices moved, can
@@ -824,10 +941,12 @@ def evict_inefficient(gate: Gate, decisions: Decisions) -> Decisions:
        `EVICTION_FRACTION` x the gate.
     3. In priority order, each single-GPU job held for capacity (without quota limits)
        takes the least efficient victim (then the lowest in priority) on a type it was
-       narrowed to; the victim is preempted for it and waits, narrowed like every waiting
-       job, for a type where it is efficient. Priority between the two is not consulted:
-       the victim does less than `EVICTION_FRACTION` of what the device is worth, and it
-       keeps its own place in the order for its next start.
+       narrowed to, among those it may preempt under the pass's own rule
+       (`preemption_class`: the victim's class strictly greater, so across queues only,
+       after the waiting job's patience and with the queue margin); the victim is
+       preempted for it and waits, narrowed like every waiting job, for a type where it is
+       efficient. Without that rule a job deep in the last queue evicted a fresh queue-0
+       job (algorithms.md: AlloX never preempts, Tiresias only across queues).
     Multi-GPU jobs neither evict nor are evicted (a gang would need several victims at
     once on suitable nodes); the pass's own preemption serves them.
     """
@@ -881,16 +1000,21 @@ def evict_inefficient(gate: Gate, decisions: Decisions) -> Decisions:
         if job.num_gpus != 1 or (ledger.has_limits and ledger.is_limited(job)):
             continue
         types = job.accepted_types or tuple(victims)
+        job_class = preemption_class.get(job_id, _NEVER)
         best: tuple[float, int, Job, int] | None = None
+        best_at = 0
         for t in types:
-            pool = victims.get(t)
-            if pool and (best is None or pool[0][:2] < best[:2]):
-                best = pool[0]
+            for at, item in enumerate(victims.get(t, ())):
+                # Pools are sorted, so the first victim this job may preempt is its best.
+                if preemption_class.get(item[2].id, -1) > job_class:
+                    if best is None or item[:2] < best[:2]:
+                        best, best_at = item, at
+                    break
         if best is None:
             continue
         efficiency, _, victim, device_id = best
-        victims[device_by_id[device_id].device_type].pop(0)
         device_type = device_by_id[device_id].device_type
+        victims[device_type].pop(best_at)
         preemptions.append(
             Preempt(
                 victim.id,
@@ -1161,6 +1285,9 @@ def migrate(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     return replace(decisions, preemptions=decisions.preemptions + tuple(moves))
 
 
+# Preemption class of a job missing from the classes: it preempts nobody.
+_NEVER = 1 << 62
+
 # Stands in for "impossible" in a cost matrix (linear_sum_assignment rejects all-inf rows).
 _BIG = 1e18
 
@@ -1170,6 +1297,7 @@ def register() -> None:
     from scheduler.policies import placement
 
     placement.PLACERS[PlacementKind.ALLOX] = allox_place
+    placement.EXPLAINERS[PlacementKind.ALLOX] = allox_place_explained
 
 
 register()

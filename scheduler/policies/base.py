@@ -38,6 +38,7 @@ from scheduler.core.types import (
 )
 from scheduler.policies.fairness import QuotaLedger
 from scheduler.policies.placement import (
+    EXPLAINERS,
     FreeCounts,
     PoolChoice,
     candidate_types,
@@ -134,12 +135,37 @@ def _jobs(count: int) -> str:
     return f"{count} job" if count == 1 else f"{count} jobs"
 
 
-def _behind_text(ahead_by_level: Mapping[int, int], ahead: int, has_levels: bool) -> str:
-    """'3 jobs in queue 0, 1 job in queue 1': the running or starting jobs ahead of it."""
+# Jobs ahead in the walk, counted per (device types they hold, queue): a held job is only
+# Behind the ones on types it accepts (a job on a V100 keeps no A100 from anyone).
+AheadCounts = dict[tuple[frozenset[str], int], int]
+
+
+def _behind_reason(ahead: AheadCounts, types: Sequence[str], has_levels: bool) -> Reason | None:
+    """'Behind: 3 jobs in queue 0, 1 job in queue 1': the running or starting jobs ahead of
+    it on the device types it may use; None when there are none."""
+    wanted = set(types)
+    by_level: Counter[int] = Counter()
+    for (held_types, level), count in ahead.items():
+        if not wanted.isdisjoint(held_types):
+            by_level[level] += count
+    total = sum(by_level.values())
+    if total == 0:
+        return None
     if not has_levels:
-        return f"{_jobs(ahead)} ahead of it"
-    parts = [f"{_jobs(count)} in queue {level}" for level, count in sorted(ahead_by_level.items())]
-    return ", ".join(parts) if parts else f"{_jobs(ahead)} ahead of it"
+        return Reason(ReasonCode.BEHIND, f"{_jobs(total)} ahead of it")
+    parts = [f"{_jobs(count)} in queue {level}" for level, count in sorted(by_level.items())]
+    return Reason(ReasonCode.BEHIND, ", ".join(parts))
+
+
+def _capped_reason(job: Job, needed: int | None, max_victims: int) -> Reason:
+    """The victim cap, not capacity, holds `job`: it would fit after `needed` preemptions
+    (None: more than the cap, known from a job of the same shape)."""
+    allowed = f"at most {max_victims} per waiting job"
+    count = str(needed) if needed is not None else f"more than {max_victims}"
+    count += " preemptions"
+    return Reason(
+        ReasonCode.WAITING_FOR_RESOURCES, f"{needs_text(job)}; would need {count}, {allowed}"
+    )
 
 
 def run_pass(
@@ -171,13 +197,21 @@ def run_pass(
        d. otherwise, if preemptive, claims running jobs of a strictly greater class, lowest
           priority first (widest first when starving), keeping only the ones it needs, and
           only if they are no more than `max_victims`;
-       e. otherwise it is held: Behind when jobs ahead took capacity that existed at the
-          start of the round, WaitingForResources when even that was not enough (including
-          capacity locked by jobs inside their minimum runtime). Strict FIFO stops here:
-          everything behind the first such job is held Behind it (head-of-line blocking).
+       e. otherwise it is held: WaitingForResources naming the victim cap when only
+          `max_victims` stopped it; Behind when jobs ahead on types it accepts took
+          capacity that existed at the start of the round; WaitingForResources when even
+          that was not enough (including capacity locked by jobs inside their minimum
+          runtime). Strict FIFO stops here: everything behind the first such job is held
+          Behind it (head-of-line blocking).
+       f. A victim may free more than its claimant needs (a 2-GPU victim for a 1-GPU job).
+          Jobs held before the last claim get one more look at what is free, in order, so
+          such a device does not sit idle while a job ranked before the victim waits.
     3. Hand the chosen pending jobs to the configured placer once, in order; a job it
-       cannot place is held WaitingForResources. BEST_FIT is the exception: the pass's own
-       best-fit placement on counts is exact and used as is (see `_finish`).
+       cannot place is held (WaitingForResources, or the placer's own reason). A job that
+       claimed victims keeps its pass placement, on its victims' devices first, and only
+       the rest go to the placer: a victim's devices go to its claimant, never to a job the
+       placer prefers behind the victim. BEST_FIT uses the pass's own placement on counts
+       as is (exact, see `_finish`).
     4. Clean up: a preemption whose devices no start uses is dropped (the job keeps running);
        quotas are re-checked with the device types actually placed.
     """
@@ -261,11 +295,13 @@ def run_pass(
     fit_at_start: dict[tuple[int, tuple[str, ...], Consolidation, int], bool] = {}
     held_shape: dict[tuple[int, tuple[str, ...], Consolidation, int, bool], Reason | None] = {}
     types_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
-    ahead = 0
-    ahead_by_level: Counter[int] = Counter()
-    behind_reason: Reason | None = None  # for the current `ahead`; None = recompute
+    device_by_id = snapshot.device_by_id
+    ahead: AheadCounts = {}
+    # Behind reasons per type list for the current `ahead`; cleared whenever it grows.
+    behind_cache: dict[tuple[str, ...], Reason | None] = {}
     blocker_reason: Reason | None = None
     has_levels = levels is not None
+    last_claim = -1  # place in the order of the last job that claimed victims
 
     for index, job in enumerate(ordered):
         job_id = job.id
@@ -277,10 +313,12 @@ def run_pass(
             if counts is not None and preemption_class is not None:
                 bucket = buckets[preemption_class[job_id]]
                 _add_counts(bucket[0], bucket[1], counts, -1)
-            ahead += 1
-            if levels is not None:
-                ahead_by_level[levels[job_id]] += 1
-            behind_reason = None
+            held_types = frozenset(
+                device_by_id[d].device_type for d in job.devices if d in device_by_id
+            )
+            key_ahead = (held_types, levels[job_id] if levels is not None else 0)
+            ahead[key_ahead] = ahead.get(key_ahead, 0) + 1
+            behind_cache.clear()
             continue
 
         if blocker_reason is not None:
@@ -299,11 +337,13 @@ def run_pass(
             # Same shape as a job already held since capacity last changed: same answer.
             reason = held_shape[shape]
             if reason is None:
-                if behind_reason is None:
-                    behind_reason = Reason(
-                        ReasonCode.BEHIND, _behind_text(ahead_by_level, ahead, has_levels)
-                    )
-                reason = behind_reason
+                # Behind, with whatever is ahead now (it only grew since: never None).
+                shape_types = types_cache[accepted]
+                if shape_types not in behind_cache:
+                    behind_cache[shape_types] = _behind_reason(ahead, shape_types, has_levels)
+                reason = behind_cache[shape_types] or Reason(
+                    ReasonCode.WAITING_FOR_RESOURCES, needs_text(job)
+                )
             holds.append((index, job, reason))
             if head_of_line_blocking:
                 blocker_reason = Reason(ReasonCode.BEHIND, f"job {job_id} is first in line")
@@ -340,18 +380,22 @@ def run_pass(
             fail_free[free_key] = min(num_gpus, fail_free.get(free_key, _NO_FAILURE))
 
         # d. Reclaimable capacity from running jobs of a lower-priority class.
+        capped = False  # held by the victim cap, not by capacity
+        victims_needed: int | None = None
         if not fits and preemption_class is not None and buckets:
             pool_key = (allowed, consolidation, job_class)
+            layers = layers_above.get(job_class)
+            if layers is None:
+                # The bucket objects are fixed after step 1 (claims mutate them in
+                # place), so one list per class serves the whole walk.
+                layers = [(free, free_totals)] + [b for c, b in buckets.items() if c > job_class]
+                layers_above[job_class] = layers
             capped = not is_starving and num_gpus >= fail_capped.get(pool_key, _NO_FAILURE)
-            if num_gpus < fail_pool.get(pool_key, _NO_FAILURE) and not capped:
-                layers = layers_above.get(job_class)
-                if layers is None:
-                    # The bucket objects are fixed after step 1 (claims mutate them in
-                    # place), so one list per class serves the whole walk.
-                    layers = [(free, free_totals)] + [
-                        b for c, b in buckets.items() if c > job_class
-                    ]
-                    layers_above[job_class] = layers
+            if capped:
+                # A smaller job of this shape already needed too many victims; this one is
+                # held by the cap too if the victims could hold it at all.
+                capped = _fits_layers(num_gpus, allowed, consolidation, layers)
+            elif num_gpus < fail_pool.get(pool_key, _NO_FAILURE):
                 chosen: list[Job] = []
                 fits_pool = len(layers) > 1 and _fits_layers(
                     num_gpus, allowed, consolidation, layers
@@ -375,6 +419,7 @@ def run_pass(
                         fail_capped[pool_key] = min(
                             num_gpus, fail_capped.get(pool_key, _NO_FAILURE)
                         )
+                        capped, victims_needed = True, len(chosen)
                         chosen = []
                     for victim in chosen:
                         claimed[victim.id] = job
@@ -385,6 +430,7 @@ def run_pass(
                         ledger.charge(victim, _type_totals(counts), -1)
                     if chosen:
                         # Capacity grew: earlier failures may fit now.
+                        last_claim = index
                         fail_free.clear()
                         fail_pool.clear()
                         fail_capped.clear()
@@ -402,13 +448,21 @@ def run_pass(
                 free_totals[device_type] -= num_gpus
                 ledger.charge(job, {device_type: num_gpus})
                 tentative.append(_Tentative(index, job, allowed, choice))
-                ahead += 1
-                if levels is not None:
-                    ahead_by_level[levels[job_id]] += 1
-                behind_reason = None
+                key_ahead = (frozenset((device_type,)), levels[job_id] if levels is not None else 0)
+                ahead[key_ahead] = ahead.get(key_ahead, 0) + 1
+                behind_cache.clear()
                 continue
 
-        # e. Held: Behind if the start-of-round capacity would have held it.
+        # e. Held: by the victim cap; Behind if the start-of-round capacity would have held
+        # it and jobs ahead took capacity of types it accepts; else for capacity.
+        if capped:
+            reason = _capped_reason(job, victims_needed, max_victims)
+            if not limited:
+                held_shape[shape] = reason
+            holds.append((index, job, reason))
+            if head_of_line_blocking:
+                blocker_reason = Reason(ReasonCode.BEHIND, f"job {job_id} is first in line")
+            continue
         start_key = (num_gpus, allowed, consolidation, job_class)
         if start_key not in fit_at_start:
             if job_class not in initial_layers:
@@ -418,12 +472,13 @@ def run_pass(
             fit_at_start[start_key] = _fits_layers(
                 num_gpus, allowed, consolidation, initial_layers[job_class]
             )
-        if fit_at_start[start_key] and ahead > 0:
-            if behind_reason is None:
-                behind_reason = Reason(
-                    ReasonCode.BEHIND, _behind_text(ahead_by_level, ahead, has_levels)
-                )
-            reason = behind_reason
+        behind: Reason | None = None
+        if fit_at_start[start_key]:
+            if allowed not in behind_cache:
+                behind_cache[allowed] = _behind_reason(ahead, allowed, has_levels)
+            behind = behind_cache[allowed]
+        if behind is not None:
+            reason = behind
             if not limited:
                 held_shape[shape] = None  # Behind, with whatever `ahead` is then
         else:
@@ -433,6 +488,40 @@ def run_pass(
         holds.append((index, job, reason))
         if head_of_line_blocking:
             blocker_reason = Reason(ReasonCode.BEHIND, f"job {job_id} is first in line")
+
+    # f. Claims may have freed more than their claimants took: jobs held before the last
+    # claim (everything after it already saw the final free capacity) get one more look.
+    if last_claim >= 0:
+        kept: list[tuple[int, Job, Reason]] = []
+        for entry in holds:
+            index, job, reason = entry
+            if index > last_claim or reason.code not in _CAPACITY_HOLDS:
+                kept.append(entry)
+                continue
+            types = types_cache.get(job.accepted_types)
+            if types is None:
+                types = tuple(t for t in candidate_types(job, type_order) if t in capacity)
+                types_cache[job.accepted_types] = types
+            allowed, block = (
+                ledger.allowed_types(job, types)
+                if has_limits and ledger.is_limited(job)
+                else (types, None)
+            )
+            choice = (
+                choose_pools(job.num_gpus, allowed, job.consolidation, free)
+                if block is None
+                else None
+            )
+            if choice is None:
+                kept.append(entry)
+                continue
+            device_type, per_node = choice
+            for node, count in per_node:
+                free[device_type][node] -= count
+            free_totals[device_type] -= job.num_gpus
+            ledger.charge(job, {device_type: job.num_gpus})
+            tentative.append(_Tentative(index, job, allowed, choice))
+        holds = kept
 
     return _finish(
         snapshot,
@@ -452,7 +541,53 @@ def _first(item: tuple[int, Job, Reason]) -> int:
     return item[0]
 
 
+def _index(entry: _Tentative) -> int:
+    return entry.index
+
+
+def _realize_claims(
+    choices: Sequence[tuple[int, PoolChoice]],
+    free: Sequence[Device],
+    victim_devices: Mapping[int, set[int]],
+) -> dict[int, tuple[int, ...]]:
+    """`realize`, except that a job that claimed victims takes their devices first.
+
+    The counts say how many devices of each (type, node) a job gets, not which; plain
+    `realize` takes the lowest ids, so a claimant could get the free devices of a node and a
+    job after it the victim's, and the victim would be preempted for a job ranked behind
+    it. Claimants go first, their victims' devices first; the others take what is left,
+    lowest ids first. Every choice fits on counts whatever the order: the pass deducted
+    each from the same counts.
+    """
+    if not victim_devices:
+        return realize(choices, free)
+    pools: dict[str, dict[str, list[int]]] = {}
+    for device in sorted(free, key=lambda d: d.id):
+        pools.setdefault(device.device_type, {}).setdefault(device.node, []).append(device.id)
+    placements: dict[int, tuple[int, ...]] = {}
+    # sorted() is stable: claimants first, each group in the given order.
+    for job_id, (device_type, per_node) in sorted(
+        choices, key=lambda item: item[0] not in victim_devices
+    ):
+        by_node = pools.get(device_type, {})
+        if any(len(by_node.get(node, ())) < count for node, count in per_node):
+            continue  # a caller bug, as in `realize`: left out rather than half-placed
+        own = victim_devices.get(job_id, set())
+        taken: list[int] = []
+        for node, count in per_node:
+            ids = by_node[node]
+            picked = [d for d in ids if d in own][:count]
+            picked += [d for d in ids if d not in own][: count - len(picked)]
+            taken.extend(picked)
+            chosen = set(picked)
+            by_node[node] = [d for d in ids if d not in chosen]
+        placements[job_id] = tuple(sorted(taken))
+    return placements
+
+
 _NO_FAILURE = 1 << 62  # larger than any job's GPU count
+# Holds for lack of room (not quota, type or reservation): what a freed device can end.
+_CAPACITY_HOLDS = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
 
 
 def _type_totals(counts: FreeCounts) -> dict[str, int]:
@@ -553,15 +688,17 @@ def _finish(
 ) -> Decisions:
     """Steps 3 and 4 of `run_pass`: place, drop useless preemptions, re-check quotas."""
     placed: dict[int, tuple[int, ...]] = {}
+    placer_reasons: dict[int, Reason] = {}
+    jobs = snapshot.job_by_id
+    # Each claimant's victims' devices: it takes them first (`_realize_claims`).
+    victim_devices: dict[int, set[int]] = {}
+    for victim_id, claimant in claimed.items():
+        victim_devices.setdefault(claimant.id, set()).update(jobs[victim_id].devices)
     if tentative:
         free_devices = [
             device
             for device_id, device in usable.items()
             if device_id not in held_by or held_by[device_id] in claimed
-        ]
-        jobs = [
-            t.job if t.types == t.job.accepted_types else replace(t.job, accepted_types=t.types)
-            for t in tentative
         ]
         if snapshot.settings.placement is PlacementKind.BEST_FIT:
             # The pass already placed every job best-fit on counts, in order, each on the
@@ -569,23 +706,47 @@ def _finish(
             # the final free set would let early jobs take devices that preemptions freed
             # later in the walk for a specific job, and strand that job (measured: 16 of 71
             # chosen jobs in a full 10k-job round).
-            placed = realize([(t.job.id, t.choice) for t in tentative], free_devices)
+            placed = _realize_claims(
+                [(t.job.id, t.choice) for t in tentative], free_devices, victim_devices
+            )
         else:
-            placed = get_placer(snapshot.settings.placement)(jobs, free_devices, snapshot)
+            # Claimants keep the pass's placement, on their victims' devices: the placer
+            # optimizes where jobs run, not who runs, and handing a victim's device to a
+            # job ranked behind the victim would be preempting for that job (a priority
+            # inversion: measured, AlloX gave a queue-6 victim's V100 to a queue-8 job and
+            # held the queue-0 claimant).
+            pinned = [(t.job.id, t.choice) for t in tentative if t.job.id in victim_devices]
+            placed = _realize_claims(pinned, free_devices, victim_devices)
+            taken = {d for ids in placed.values() for d in ids}
+            rest = [
+                t.job if t.types == t.job.accepted_types else replace(t.job, accepted_types=t.types)
+                for t in sorted(tentative, key=_index)
+                if t.job.id not in victim_devices
+            ]
+            left = [device for device in free_devices if device.id not in taken]
+            kind = snapshot.settings.placement
+            explainer = EXPLAINERS.get(kind)
+            if explainer is not None:
+                more, placer_reasons = explainer(rest, left, snapshot)
+            else:
+                more = get_placer(kind)(rest, left, snapshot)
+            placed.update(more)
 
-    # A preemption is only worth its checkpoint-restart cost if a start uses its devices;
-    # the placer (AlloX especially) may have chosen other devices than the pass assumed.
-    # Each victim is credited to the first job in priority order that uses its devices.
+    # A preemption is only worth its checkpoint-restart cost if a start uses its devices.
+    # Each victim is credited to its claimant when the claimant starts on its devices (it
+    # always does unless a quota re-check drops it), else to the first job in priority
+    # order that uses them.
     rank = {t.job.id: t.index for t in tentative}
     user_of_device: dict[int, int] = {}
     for job_id in sorted(placed, key=rank.__getitem__):
         for device_id in placed[job_id]:
             user_of_device.setdefault(device_id, job_id)
-    jobs = snapshot.job_by_id
     preempted: dict[int, Job] = {}
-    for victim_id in claimed:
+    for victim_id, claimant in claimed.items():
         users = [user_of_device[d] for d in jobs[victim_id].devices if d in user_of_device]
-        if users:
+        if claimant.id in users:
+            preempted[victim_id] = claimant
+        elif users:
             preempted[victim_id] = jobs[min(users, key=rank.__getitem__)]
 
     # Quotas with the types actually placed; everything still running counts.
@@ -598,7 +759,9 @@ def _finish(
         job = entry.job
         device_ids = placed.get(job.id)
         if device_ids is None:
-            late_holds[job.id] = Reason(ReasonCode.WAITING_FOR_RESOURCES, needs_text(job))
+            late_holds[job.id] = placer_reasons.get(job.id) or Reason(
+                ReasonCode.WAITING_FOR_RESOURCES, needs_text(job)
+            )
             continue
         type_counts: dict[str, int] = defaultdict(int)
         for device_id in device_ids:

@@ -12,6 +12,7 @@ Tiresias alone lets one user's fifty short jobs crowd out everyone; gpulab adds
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -143,7 +144,9 @@ def normalized_usage(
 
     # Only groups with active jobs share the cluster: an idle group's weight must not dilute
     # everyone else's share (Slurm's fair-share likewise normalizes over active accounts).
-    total_weight = sum(max(group_weight(name), 0.0) for name in active_groups)
+    # fsum over a set: exact, so neither the snapshot's order nor set iteration order (hash
+    # seeded per process) can round the shares differently.
+    total_weight = math.fsum(max(group_weight(name), 0.0) for name in active_groups)
     usage_norm: dict[tuple[str, str | None], float] = {}
     for user, group in pairs:
         account = users.get(user)

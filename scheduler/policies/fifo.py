@@ -40,9 +40,10 @@ _DEFAULTS = SchedulerSettings()
 def _fifo_view(snapshot: Snapshot) -> Snapshot:
     """The snapshot with every setting FIFO ignores at its default.
 
-    AlloX placement takes the first queue threshold as its prior job size while too few
-    jobs have finished (`allox.RemainingService`), so the thresholds, which FIFO has no
-    use for, would otherwise still move its jobs between GPUs.
+    Shared placement code must not read them either: AlloX placement once took the first
+    queue threshold as its prior job size (`allox.RemainingService` now uses the Gittins
+    size distribution, which no setting here moves); pinning them keeps any such use from
+    moving FIFO's jobs between GPUs.
     """
     pinned = {name: getattr(_DEFAULTS, name) for name in FIFO_IGNORED_SETTINGS}
     return replace(snapshot, settings=replace(snapshot.settings, **pinned))

@@ -366,7 +366,8 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
        who gets the free devices, and moves running jobs to faster free devices. Then,
        while the gate is active, `evict_inefficient`: a waiting job takes the device of a
-       running job that makes much less of its type than the waiting job would; and
+       running job that makes much less of its type than the waiting job would, if the
+       pass's rule lets it preempt that job (a lower queue, patience served); and
        `fill_idle_devices`: devices no waiting job was narrowed to are lent to waiting
        jobs that run there well enough, until an eviction takes them back.
     5. The starvation guard's reservation (`reserve_for_starving`) for the first starving
@@ -391,10 +392,11 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
             )
         return las_reason(victim, by, levels)
 
+    classes = preemption_classes(snapshot, levels, starving)
     decisions = run_pass(
         snapshot,
         ordered,
-        preemption_class=preemption_classes(snapshot, levels, starving),
+        preemption_class=classes,
         levels=levels,
         queue_changes=queues.changes,
         preempt_reason=reason,
@@ -403,7 +405,7 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     )
     blocked = first_blocked_starving(snapshot, decisions, starving)
     decisions = allox_rematch(snapshot, decisions)
-    decisions = evict_inefficient(gate, decisions)
+    decisions = evict_inefficient(gate, decisions, classes)
     decisions = fill_idle_devices(original, gate, decisions)
     decisions = reserve_for_starving(snapshot, decisions, levels, blocked)
     decisions = explain_narrowing(original, snapshot, decisions)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from scheduler.core.types import Consolidation, Device, Job, PlacementKind, Snapshot
+from scheduler.core.types import Consolidation, Device, Job, PlacementKind, Reason, Snapshot
 
 Placer = Callable[[Sequence[Job], Sequence[Device], Snapshot], dict[int, tuple[int, ...]]]
 """(jobs chosen to start, in priority order; devices free for them; snapshot) -> placements.
@@ -247,6 +247,17 @@ PLACERS: dict[PlacementKind, Placer] = {
     PlacementKind.BEST_FIT: best_fit_place,
     PlacementKind.GPU_COUNT: gpu_count_place,
 }
+
+
+ExplainingPlacer = Callable[
+    [Sequence[Job], Sequence[Device], Snapshot],
+    tuple[dict[int, tuple[int, ...]], dict[int, Reason]],
+]
+"""A placer that also says why it left a job out while devices stay free for it (AlloX's
+fairness knob, or a job that would rather wait for a faster type): the same placements as
+its `Placer`, plus a hold reason per such job. Jobs without one lacked room."""
+
+EXPLAINERS: dict[PlacementKind, ExplainingPlacer] = {}
 
 
 def get_placer(kind: PlacementKind) -> Placer:

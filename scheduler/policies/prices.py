@@ -31,6 +31,7 @@ Pure Python + scipy; deterministic (HiGHS with fixed input order).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -90,16 +91,19 @@ def backlog_prices(
     types = sorted(counts)
     if len(types) < 2:
         return None
-    work: dict[tuple[float, ...], float] = {}
+    parts: dict[tuple[float, ...], list[float]] = {}
     for speeds, remaining in jobs:
         profile = tuple(round(max(speeds.get(t, 0.0), 0.0), _PROFILE_DECIMALS) for t in types)
         if not any(profile) or remaining <= 0:
             continue
-        work[profile] = work.get(profile, 0.0) + remaining
-    if not work:
+        parts.setdefault(profile, []).append(remaining)
+    if not parts:
         return None
-    profiles = sorted(work)
-    total = sum(work.values())
+    # Exact sums (fsum) so the LP's input, hence the prices, do not depend on the order the
+    # backlog is listed in: a float running sum rounds differently per order.
+    profiles = sorted(parts)
+    work = {profile: math.fsum(parts[profile]) for profile in profiles}
+    total = math.fsum(work.values())
     n_groups, n_types = len(profiles), len(types)
     n_vars = n_groups * n_types + 1  # x[g, t] row-major, then θ
     objective = np.zeros(n_vars)

@@ -60,6 +60,7 @@ from scheduler.core.types import (
     Device,
     Job,
     JobPhase,
+    ReasonCode,
     SchedulerSettings,
     Snapshot,
 )
@@ -70,6 +71,9 @@ DecideFn = Callable[[Snapshot], Decisions]
 
 # Policies whose order can flip while nothing arrives or ends (queue crossings, knob).
 QUEUE_POLICIES = frozenset({"las", "gittins"})
+# Holds that leave devices the job accepts free (`allox.place_explained`).
+_HELD_WHILE_FREE = frozenset({ReasonCode.FAIRNESS, ReasonCode.WAITING_FOR_FASTER_TYPE})
+
 # Policies that never preempt: no minimum-runtime wake-ups needed.
 NON_PREEMPTIVE_POLICIES = frozenset({"fifo", "fifo-backfill"})
 USAGE_HALF_LIFE = 7 * 24 * 3600.0  # algorithms.md §2: fair-share usage half-life [7 days]
@@ -564,8 +568,17 @@ class Simulation:
             # 6. Next timer moment at which this policy could decide differently.
             wakeup = math.inf
             has_pending = len(running) < len(active)
-            # A move (a preemption nobody claimed): the job restarts at the next timer round.
-            if any(preempt.by_job_id is None for preempt in decisions.preemptions):
+            # The next timer round, as in the live loop, after
+            # - a move (a preemption nobody claimed): the job restarts there;
+            # - a round that started jobs while AlloX held another with devices it accepts
+            #   free (α, or a faster type it expects to finish sooner on): the starts change
+            #   the users' shares and the busy devices' delays, so that round may place it.
+            #   Only after starts, so a hold that stays put cannot make rounds spin.
+            moved = any(preempt.by_job_id is None for preempt in decisions.preemptions)
+            if moved or (
+                decisions.starts
+                and any(hold.reason.code in _HELD_WHILE_FREE for hold in decisions.holds)
+            ):
                 wakeup = now + max(tick, 1.0)
             may_move = migrating and busy < total_gpus
             for state in active.values():

@@ -15,16 +15,20 @@ from scheduler.policies.allox import (
     place,
     user_scores,
 )
+from scheduler.policies.gittins import load_prior, size_distribution
 from scheduler.policies.placement import PLACERS
 from tests.scheduler.builders import (
     ANY,
     PREFERRED,
     REQUIRED,
     devices,
+    held,
     nodes_of,
     pending,
+    preempted,
     running,
     snapshot,
+    started,
 )
 
 V100_K80 = {"nv": ("v100", 1), "nk": ("k80", 1)}
@@ -246,20 +250,56 @@ def test_allox_takes_throughputs_before_admin_speeds() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sizes", "min_samples", "attained", "expected"),
+    ("sizes", "attained", "expected"),
     [
-        ([10.0, 20.0, 30.0, 40.0], 1, 0.0, 25.0),  # the mean size
-        ([10.0, 20.0, 30.0, 40.0], 1, 25.0, 10.0),  # E[S - 25 | S > 25] = 35 - 25
-        ([10.0, 20.0, 30.0, 40.0], 1, 50.0, 50.0),  # beyond every sample: as much again
-        ([10.0, 20.0, 30.0, 40.0], 10, 0.0, 25.0),  # too few samples: the median
-        ([], 10, 100.0, 3600.0),  # no history: the fallback (first queue threshold)
+        ([10.0, 20.0, 30.0, 40.0], 0.0, 25.0),  # the mean size
+        ([10.0, 20.0, 30.0, 40.0], 25.0, 10.0),  # E[S - 25 | S > 25] = 35 - 25
+        ([10.0, 20.0, 30.0, 40.0], 50.0, 50.0),  # beyond every sample: as much again
+        ([10.0, 20.0, 30.0, 400.0], 500.0, 500.0),  # ... never less than the median (25)
+        ([], 0.0, 1.0),  # nothing to go on: a floor, never 0
     ],
 )
 def test_expected_remaining_service_is_conditional_on_attained_service(
-    sizes: list[float], min_samples: int, attained: float, expected: float
+    sizes: list[float], attained: float, expected: float
 ) -> None:
-    estimator = RemainingService(sizes, min_samples=min_samples, fallback=3600.0)
+    estimator = RemainingService(sizes)
     assert estimator.expected(attained) == pytest.approx(expected)
+
+
+def _prior_remaining(attained: float) -> float:
+    sizes = load_prior().sizes
+    above = sizes[sizes > attained]
+    return float((above - attained).mean())
+
+
+# (finished job sizes, gittins_history, attained) -> the distribution AlloX conditions on.
+# Before: below `gittins_min_samples` it used max(attained, first queue threshold), and
+# `gittins_history = 0` kept the whole history (`sizes[-0:]`).
+@pytest.mark.parametrize(
+    ("finished", "history", "attained", "expected"),
+    [
+        ((), 1000, 0.0, _prior_remaining(0.0)),  # no history: the shipped prior
+        ((), 1000, 20_000.0, _prior_remaining(20_000.0)),
+        ((100.0,) * 49, 1000, 0.0, _prior_remaining(0.0)),  # fewer than 50: still the prior
+        ((100.0,) * 50, 1000, 0.0, 100.0),  # 50 of the lab's own jobs: theirs
+        ((100.0,) * 50 + (300.0,) * 50, 50, 0.0, 300.0),  # only the last `gittins_history`
+        ((100.0,) * 60, 0, 0.0, _prior_remaining(0.0)),  # history 0: the prior, not all
+    ],
+)
+def test_expected_remaining_service_uses_the_gittins_size_distribution(
+    finished: tuple[float, ...], history: int, attained: float, expected: float
+) -> None:
+    devs = devices(V100_K80, SPEED)
+    snap = snapshot(
+        [pending(1, 1)],
+        devs,
+        finished=finished,
+        gittins_history=history,
+        gittins_min_samples=50,
+    )
+    assert size_distribution(snap).sizes.size > 0
+    estimate = RemainingService.from_snapshot(snap).expected(attained)
+    assert estimate == pytest.approx(expected)
 
 
 def test_a_long_running_job_weighs_more_and_gets_the_fast_device() -> None:
@@ -314,7 +354,7 @@ def test_allox_handles_no_jobs_and_no_devices() -> None:
     jobs = [pending(1, 1)]
     assert allox_place([], devs, snapshot(jobs, devs)) == {}
     assert allox_place(jobs, [], snapshot(jobs, devs)) == {}
-    assert math.isfinite(RemainingService([], min_samples=1, fallback=1.0).expected(0.0))
+    assert math.isfinite(RemainingService([]).expected(0.0))
 
 
 @pytest.mark.parametrize(
@@ -392,3 +432,104 @@ def test_rematch_never_hands_a_patient_jobs_start_to_another_job(monkeypatch) ->
     snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
     rematched = allox_rematch(snap, pass_only(snap))
     assert [s.job_id for s in rematched.starts] == [1]
+
+
+def test_alpha_does_not_depend_on_the_order_the_snapshot_lists_jobs_in() -> None:
+    # Users a (1 + 1 + 3 of 11 GPUs) and b (5 of 11) have equal shares; a running float sum
+    # rounded them differently per order, so α admitted a or b depending on the listing.
+    from dataclasses import replace as replace_
+    from itertools import permutations
+
+    devs = devices({"n1": ("v100", 11)})
+    runs = [
+        running(1, [0], user="a"),
+        running(2, [1], user="a"),
+        running(3, [2, 3, 4], user="a"),
+        running(4, [5, 6, 7, 8, 9], user="b"),
+    ]
+    waiting = [pending(10, 1, user="a", submit_time=100.0), pending(11, 1, user="b")]
+    base = snapshot(runs + waiting, devs, placement=PlacementKind.ALLOX, allox_alpha=0.5)
+    outcomes = set()
+    for order in permutations(runs):
+        snap = replace_(base, jobs=(*order, *waiting))
+        scores = user_scores(snap)
+        assert scores["a"] == scores["b"]
+        outcomes.add(tuple(decide(snap).starts))
+    assert len(outcomes) == 1
+
+
+@pytest.mark.parametrize("extra_v100", [False, True])
+def test_a_victims_device_goes_to_the_job_that_claimed_it(extra_v100: bool) -> None:
+    # Job 1 (queue 0, promoted, V100 only) preempts job 5 (queue 6) for its V100. The AlloX
+    # placer used to give that V100 to job 8 (queue 8, 100x slower on the K80) and hold job
+    # 1: a preemption for a job behind the victim, whose reason named job 8.
+    devs = devices(
+        {"n1": ("v100", 1), "n2": ("k80", 1), **({"n3": ("v100", 1)} if extra_v100 else {})},
+        {"v100": 1.0, "k80": 0.4},
+    )
+    jobs = [
+        running(5, [0], user="v", attained_service=1.3e5, service_since_promotion=1.3e5),
+        pending(
+            1,
+            1,
+            user="p",
+            accepted_types=("v100",),
+            submit_time=0.0,
+            pending_since=0.0,
+            attained_service=5e6,
+        ),
+        pending(
+            8,
+            1,
+            user="q",
+            throughputs=(("k80", 0.01), ("v100", 1.0)),
+            attained_service=5e5,
+            service_since_promotion=5e5,
+            executed_since_promotion=1.0,
+        ),
+    ]
+    if extra_v100:
+        jobs.append(running(7, [2], user="p", started_at=9_990.0))
+    snap = snapshot(
+        jobs,
+        devs,
+        placement=PlacementKind.ALLOX,
+        gpulab_defaults=True,
+        allox_efficiency_gate=0.0,
+        finished=[6e5] * 90 + [1e7] * 10,
+        starvation_seconds=0.0,
+        allox_alpha=1.0,
+    )
+    decisions = decide(snap)
+    assert started(decisions)[1] == (0,)
+    assert preempted(decisions) == {5: 1}
+    assert "job 1 in queue 0" in decisions.preemptions[0].reason
+
+
+@pytest.mark.parametrize(
+    ("k80_speed", "alpha", "reason"),
+    [
+        # α admits one of the two users (equal shares: the first in priority order).
+        (
+            0.9,
+            0.5,
+            "Fairness: AlloX serves users with a smaller share of the cluster first "
+            "(α = 0.5 admits 1 of 2 users this round)",
+        ),
+        (0.9, 1.0, None),  # both start
+        # AlloX expects job 3 to finish sooner after job 1 on the V100 than on the K80.
+        (0.4, 1.0, "WaitingForFasterType: expected to finish sooner on a v100 than on a free k80"),
+    ],
+)
+def test_a_job_allox_holds_while_a_device_it_accepts_is_free_says_why(
+    k80_speed: float, alpha: float, reason: str | None
+) -> None:
+    # Both used to read "WaitingForResources: needs 1 × GPU" next to a free K80.
+    devs = devices(V100_K80, {"v100": 1.0, "k80": k80_speed})
+    jobs = [pending(1, 1, user="bob"), pending(3, 1, user="alice")]
+    snap = snapshot(
+        jobs, devs, placement=PlacementKind.ALLOX, gpulab_defaults=True, allox_alpha=alpha
+    )
+    decisions = decide(snap)
+    assert 1 in started(decisions)
+    assert held(decisions).get(3) == reason

@@ -7,8 +7,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.types import Device, PlacementKind, ReasonCode
+from scheduler.core.types import (
+    Decisions,
+    Device,
+    Hold,
+    PlacementKind,
+    Reason,
+    ReasonCode,
+    Snapshot,
+)
 from scheduler.policies import allox, decide
+from scheduler.policies.las import NO_PREEMPTION
 from scheduler.policies.prices import backlog_prices
 from tests.scheduler.builders import devices, held, pending, preempted, running, snapshot, started
 
@@ -167,10 +176,12 @@ def test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted()
     # Long Recommendation work holds a K80 and will need K80 time for long, so a K80 is worth
     # 1.4 V100s. Two ResNet jobs wait; the V100 is busy for long. Without the gate AlloX
     # would start a ResNet on the free K80 at 0.14x; with it the ResNets wait for the V100.
+    # (Expected remaining work follows the shipped prior's conditional sizes: 22e6 GPU-s for
+    # the Recommendation job, 4.1e6 for the running ResNet, 0.15e6 per waiting one.)
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 2)}, SPEED)
     jobs = [
         running(9, (0,), throughputs=RESNET, attained_service=1e6),
-        running(10, (1,), throughputs=RECOMMENDATION, attained_service=3e6),
+        running(10, (1,), throughputs=RECOMMENDATION, attained_service=1e7),
         pending(1, 1, throughputs=RESNET),
         pending(2, 1, throughputs=RESNET),
     ]
@@ -191,16 +202,72 @@ def _resnet_on_a_k80(**k80_job: object) -> list:
     ]
 
 
-def test_a_job_that_wastes_its_device_gives_it_to_a_waiting_job_that_suits_it() -> None:
+def _evict(snap: Snapshot, classes: dict[int, int]) -> Decisions:
+    """`evict_inefficient` after a pass that started nothing (every waiting job held for
+    room), with the preemption classes given: the eviction step on its own."""
+    gate = allox.efficiency_gate(snap)
+    waiting = [job.id for job in snap.jobs if not job.is_running]
+    holds = tuple(
+        Hold(job_id, Reason(ReasonCode.WAITING_FOR_RESOURCES, "needs 1 × GPU"), place)
+        for place, job_id in enumerate(waiting, 1)
+    )
+    order = tuple(waiting) + tuple(job.id for job in snap.jobs if job.is_running)
+    return allox.evict_inefficient(gate, Decisions(holds=holds, order=order), classes)
+
+
+# (classes of the waiting Recommendation jobs 1-4, class of the ResNet on the K80) -> evicted.
+# Eviction is a preemption and follows the pass's rule: the victim's class strictly greater.
+@pytest.mark.parametrize(
+    ("waiting_class", "victim_class", "evicts"),
+    [
+        (0, 1, True),  # a lower queue: the waiting job may preempt it
+        (0, 0, False),  # the same queue: Tiresias never preempts within a queue
+        (1, 0, False),  # a higher queue: never
+        (NO_PREEMPTION, 1, False),  # patience not served yet
+    ],
+)
+def test_a_job_that_wastes_its_device_gives_it_to_a_waiting_job_that_may_preempt_it(
+    waiting_class: int, victim_class: int, evicts: bool
+) -> None:
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 1)}, SPEED)
-    decisions = decide(snapshot(_resnet_on_a_k80(), devs, placement=PlacementKind.ALLOX))
-    # All jobs are in queue 0, so LAS itself preempts nobody: the eviction does.
+    snap = snapshot(_resnet_on_a_k80(), devs, placement=PlacementKind.ALLOX)
+    classes = {8: 0, 9: victim_class, **dict.fromkeys(range(1, 5), waiting_class)}
+    decisions = _evict(snap, classes)
+    if not evicts:
+        assert started(decisions) == {}
+        assert preempted(decisions) == {}
+        return
     assert started(decisions) == {1: (1,)}
     assert preempted(decisions) == {9: 1}
     reason = decisions.preemptions[0].reason
     assert "10%" in reason and "efficiency gate" in reason
     # The ResNet on the V100 is where the backlog wants it: it keeps running.
     assert set(held(decisions)) == {2, 3, 4}
+
+
+def test_a_job_deep_in_the_queues_does_not_evict_a_fresh_one() -> None:
+    # A Recommendation job with 5e6 GPU-s attained (queue 11) waits for a K80 that a fresh
+    # ResNet (queue 0) uses at a tenth of its worth. Before eviction followed the pass's
+    # rule it preempted the queue-0 job (the audit's evict.py).
+    devs = devices({"nv": ("v100", 2), "nk": ("k80", 1)})
+    jobs = [
+        running(1, [0], throughputs=RESNET, attained_service=10.0),
+        running(2, [1], throughputs=RESNET, attained_service=10.0),
+        running(3, [2], throughputs=RESNET, attained_service=10.0),
+        pending(
+            9,
+            1,
+            throughputs=RECOMMENDATION,
+            pending_since=9_990.0,
+            attained_service=5e6,
+            service_since_promotion=5e6,
+            executed_since_promotion=5e6,
+            queue_level=11,
+        ),
+    ]
+    decisions = decide(snapshot(jobs, devs, placement=PlacementKind.ALLOX, gpulab_defaults=True))
+    assert preempted(decisions) == {}
+    assert started(decisions) == {}
 
 
 @pytest.mark.parametrize(
@@ -266,14 +333,17 @@ def test_a_lent_device_goes_back_when_a_job_the_gate_sends_there_waits() -> None
     devs = devices({"nv": ("v100", 1), "nk": ("k80", 2)}, SPEED)
     jobs = [
         running(9, (0,), throughputs=RESNET, attained_service=1e5),
-        running(10, (1,), throughputs=RECOMMENDATION, attained_service=3e6),
+        running(10, (1,), throughputs=RECOMMENDATION, attained_service=1e7),
         running(1, (2,), throughputs=HALF_ON_K80),  # lent the K80 an earlier round
         pending(2, 1, throughputs=HALF_ON_K80),
         pending(3, 1, throughputs=RECOMMENDATION),
     ]
-    decisions = decide(snapshot(jobs, devs, placement=PlacementKind.ALLOX))
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    # Taken back only across queues, as any preemption (the lent job in a lower queue).
+    decisions = _evict(snap, {9: 0, 10: 0, 1: 1, 2: 0, 3: 0})
     assert started(decisions) == {3: (2,)}
     assert preempted(decisions) == {1: 3}
+    assert preempted(_evict(snap, {9: 0, 10: 0, 1: 0, 2: 0, 3: 0})) == {}
 
 
 PROFILES = (RESNET, RECOMMENDATION, HALF_ON_K80)
@@ -326,6 +396,8 @@ def test_every_eviction_hands_a_wasted_device_to_a_job_the_gate_sends_there(case
         waste = gate.prices.efficiency(profile(victim.throughputs))[device.device_type]
         assert waste < allox.EVICTION_FRACTION * gate_value
         taker = gate.snapshot.job_by_id[preempt.by_job_id]
+        # An eviction is a preemption: only across queues (all here are in queue 0).
+        assert victim.queue_level > taker.queue_level
         assert starts[taker.id] == victim.devices
         assert not taker.accepted_types or device.device_type in taker.accepted_types
 
@@ -340,8 +412,10 @@ def test_the_crowded_cases_do_evict() -> None:
         running(103, (3,), throughputs=RECOMMENDATION),
         *(pending(i, 1, throughputs=RECOMMENDATION) for i in range(1, 6)),
     ]
-    decisions = decide(snapshot(jobs, devs, placement=PlacementKind.ALLOX))
-    assert preempted(decisions) == {102: 1}
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    # Running jobs one queue down, so the waiting ones may preempt them.
+    classes = {job.id: 1 if job.is_running else 0 for job in jobs}
+    assert preempted(_evict(snap, classes)) == {102: 1}
 
 
 def test_type_speeds_list_types_fastest_first_whatever_order_the_devices_come_in() -> None:

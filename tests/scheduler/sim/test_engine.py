@@ -310,3 +310,27 @@ def test_the_engine_wakes_when_a_held_jobs_patience_runs_out(
     result = run(trace, settings_, homogeneous_cluster(1, 1))
     assert jcts(result)[1] == short_jct
     assert result.records[0].preemptions == 1
+
+
+@pytest.mark.parametrize(("alpha", "second_start"), [(0.5, 10.0), (1.0, 0.0)])
+def test_the_engine_runs_the_next_timer_round_for_a_job_alpha_held_with_a_device_free(
+    alpha: float, second_start: float
+) -> None:
+    # Two users, a V100 and a K80 (0.9). With α = 0.5 AlloX serves one user at t = 0 and
+    # holds the other with the K80 free ("Fairness"); at the live loop's next 10 s round the
+    # first user holds a share and the second is served. The replay used to wait for the
+    # first job's minimum runtime (300 s) instead.
+    from scheduler.core.types import Device, Node
+
+    cluster = SimCluster(
+        devices=(Device(0, "a", "v100", 1.0), Device(1, "b", "k80", 0.9)),
+        nodes=(Node("a"), Node("b")),
+    )
+    trace = [
+        TraceJob(1, 1, 0.0, 3600.0, user="bob"),
+        TraceJob(3, 1, 0.0, 3600.0, user="alice"),
+    ]
+    settings_ = SchedulerSettings(allox_alpha=alpha, min_runtime=300.0)
+    result = simulate(trace, cluster, settings_, config=SimConfig())
+    first_starts = sorted(record.first_start for record in result.records)
+    assert first_starts == [0.0, second_start]
