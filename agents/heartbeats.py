@@ -128,6 +128,13 @@ def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> 
     that one is still allocated to a job.
     """
     devices: dict[str, Device] = {}
+    # NVML numbers the GPUs it sees from 0, so when one is gone the ones after it report
+    # lower indexes. Then registered GPUs keep their slots: the gone one is not taken for
+    # replaced (retired) but stays, missing, and the node drains for it (`_hardware_faults`).
+    reported = {gpu["uuid"] for gpu in gpus}
+    renumbered = (
+        Device.objects.filter(node=node, kind=DeviceKind.GPU).exclude(uuid__in=reported).exists()
+    )
     for gpu in gpus:
         uuid, index, name = gpu["uuid"], gpu["index"], gpu["name"][:128]
         if gpu["lost"]:
@@ -140,6 +147,8 @@ def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> 
         device = Device.all_objects.select_related("node").filter(uuid=uuid).first()
         if device is not None and device.node_id != node.pk:
             _check_movable(device, to_node=node)
+        elif renumbered and device is not None and device.retired_at is None:
+            index = device.index
         # Locked, so a round allocating it now either commits first (and the check below
         # sees its allocation) or waits until the slot's new GPU is recorded.
         occupant = (
@@ -289,6 +298,12 @@ def agent_heartbeat_record(
         ):
             logger.warning("Draining node %s: %s", node.name, fault)
             node_drain(node_id=node.pk, reason=fault)
+        elif fault:
+            # Back from an outage (DOWN until its return reconcile): the agent has now
+            # delivered the fault and forgets it, so the node returns DRAINED with it.
+            Node.objects.filter(pk=node.pk, state=NodeState.DOWN).exclude(return_state="").update(
+                return_state=NodeState.DRAINED, state_reason=f"Drained: {fault}"[:255]
+            )
         _reconcile_on_commit(node, needs_reconcile)
     return {
         "recorded_gpus": len(gpus),

@@ -42,7 +42,8 @@ CONTAINER_PREFIX = "gpulab"
 # was sent (`stop-sent`), the stop script owns the timing: no second TERM, and the
 # leftovers keep the whole grace period (a `sh -c` job's shell dies at once on TERM
 # while its program checkpoints). A process that left the group (its own setsid)
-# escapes this, as it escapes the stop.
+# escapes this, as it escapes the stop. `program_exit` records that the program itself
+# has ended at once: a stop arriving during that cleanup is not what ended it.
 WRAPPER = (
     'others() { o=; for f in /proc/[0-9]*/stat; do { read -r l < "$f"; } 2>/dev/null '
     "|| continue; q=${l%% *}; set -- ${l##*) }; "
@@ -50,6 +51,7 @@ WRAPPER = (
     'echo $$ > pid.tmp && mv pid.tmp pid; trap : TERM; "$@" > stdout 2> stderr < /dev/null & '
     "child=$!; "
     'while :; do wait "$child"; code=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    'echo "$code" > program_exit.tmp && mv program_exit.tmp program_exit; '
     'others; [ -n "$o" ] && [ ! -e stop-sent ] && kill -TERM -$$ 2>/dev/null; '
     'i=0; while [ -n "$o" ] && { [ $i -lt 50 ] || [ -e stop-sent ]; }; '
     "do sleep 0.1; others; i=$((i+1)); done; "
@@ -258,13 +260,16 @@ def wrapped_stop_script(run_dir: str, grace_seconds: int) -> str:
     """SIGTERM the attempt's process group, wait up to the grace period, then SIGKILL.
 
     Prints the status afterwards (as `wrapped_status_script`), preceded by `was-exited`
-    when the program had already ended before the first stop was sent.
+    when the program had already ended before the first stop was sent (`program_exit`,
+    written before the wrapper ends the program's leftovers and writes `exit_code`).
     """
     d = shlex.quote(run_dir)
     grace = int(grace_seconds)
     return (
         f"m=$({stop_marker_script(run_dir)}); "
-        f'if [ "$m" = first-stop ] && [ -s {d}/exit_code ]; then echo was-exited; fi; '
+        # exit_code too: attempts started by a wrapper older than program_exit.
+        f'if [ "$m" = first-stop ] && {{ [ -s {d}/program_exit ] || [ -s {d}/exit_code ]; }}; '
+        "then echo was-exited; fi; "
         f'if [ -s {d}/pid ]; then p=$(cat {d}/pid); kill -TERM "-$p" 2>/dev/null; '
         f'i=0; while [ $i -lt {grace * 10} ] && kill -0 "-$p" 2>/dev/null; '
         "do sleep 0.1; i=$((i+1)); done; "

@@ -497,12 +497,14 @@ def node_agent_bootstrap(
     """Install and (re)start the node agent on a node over SSH; returns its pid there.
 
     1. A fresh agent token. Older ones are revoked only once the new agent runs (so a
-       stale agent stops counting); if the bootstrap fails, the new token is revoked and
-       the running agent keeps reporting.
-    2. The agent's files and the token (mode 600) are copied over SFTP into
-       GPULAB_NODE_AGENT_DIR; the agent needs only Python and, on GPU nodes, pynvml.
-    3. A running agent (agent.pid) is stopped and a new one started, detached, logging
-       to agent.log. Fails with the log's tail if it dies at once.
+       stale agent stops counting).
+    2. The agent's files and the new token (`token.new`, mode 600) are copied over SFTP
+       into GPULAB_NODE_AGENT_DIR; the agent needs only Python and, on GPU nodes, pynvml.
+    3. The new agent is started, detached. Only once it is still alive a second later is
+       the running one (agent.pid) stopped and the token and log moved into place; if it
+       died at once, the bootstrap fails with its log's tail, its token is revoked, and the
+       running agent goes on reporting with its own. If the SSH session fails midway, it
+       cannot be known whether the new agent runs: its token is kept, older ones too.
     For a permanent install, run the same command line from a systemd unit instead.
     """
     from .heartbeats import (  # heartbeats imports this module
@@ -517,11 +519,15 @@ def node_agent_bootstrap(
         pid = _agent_install_and_start(
             node, key=key, control_plane_url=control_plane_url, python=python, extra_args=extra_args
         )
-    except Exception:
+    except AgentDidNotStart:
         node_agent_tokens_revoke(token_ids=[token.pk])
         raise
     node_agent_tokens_replaced(token=token)
     return pid
+
+
+class AgentDidNotStart(ApplicationError):
+    """The new agent died at once; the running one, if any, was left alone."""
 
 
 def _agent_install_and_start(
@@ -530,7 +536,7 @@ def _agent_install_and_start(
     """Copy the agent and its token to `node` and (re)start it; returns its pid there."""
     agent_dir = settings.GPULAB_NODE_AGENT_DIR.rstrip("/")
     quoted = shlex.quote(agent_dir)
-    argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token",
+    argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token.new",
             *extra_args]  # fmt: skip
     with node_ssh(node) as session:
         session.run(f"mkdir -p {quoted}/node_agent && chmod 700 {quoted}")
@@ -538,21 +544,24 @@ def _agent_install_and_start(
         try:
             for name in AGENT_FILES:
                 sftp.put(str(AGENT_SOURCE / name), f"{agent_dir}/node_agent/{name}")
-            with sftp.open(f"{agent_dir}/token", "w") as token_file:
+            with sftp.open(f"{agent_dir}/token.new", "w") as token_file:
+                sftp.chmod(f"{agent_dir}/token.new", 0o600)  # before the key is in it
                 token_file.write(key)
-            sftp.chmod(f"{agent_dir}/token", 0o600)
         finally:
             sftp.close()
+        # The agent reads its token once, at start: the file can move after that.
         result = session.run(
             f"cd {quoted} && "
+            f"{{ {shlex.join(['setsid', *argv])} < /dev/null > agent.log.new 2>&1 & }}; "
+            "new=$!; sleep 1; "
+            'if ! kill -0 "$new" 2>/dev/null; then tail -20 agent.log.new >&2; '
+            "rm -f token.new; exit 1; fi; "
             'if [ -s agent.pid ]; then kill "$(cat agent.pid)" 2>/dev/null; fi; '
-            f"{shlex.join(['setsid', *argv])} < /dev/null > agent.log 2>&1 & "
-            "echo $! > agent.pid; sleep 1; "
-            'if kill -0 "$(cat agent.pid)" 2>/dev/null; then cat agent.pid; '
-            "else tail -20 agent.log >&2; exit 1; fi"
+            'mv token.new token && mv agent.log.new agent.log && echo "$new" > agent.pid && '
+            'echo "$new"'
         )
     if result.exit_status != 0:
-        raise ApplicationError(f"The agent on {node.name} did not start: {result.stderr.strip()}")
+        raise AgentDidNotStart(f"The agent on {node.name} did not start: {result.stderr.strip()}")
     return result.stdout.strip()
 
 

@@ -223,12 +223,15 @@ class NodeSession:
             channel.exec_command(command)
             channel.shutdown_write()  # nothing to send: a command reading stdin gets EOF
             while True:
+                # EOF is read before the buffers: paramiko's thread adds the last data and
+                # then the EOF, so data seen after EOF was known is all the data there is.
+                ended = channel.eof_received or channel.closed
                 if channel.recv_ready():
                     out.add(channel.recv(_READ_CHUNK))
                 if channel.recv_stderr_ready():
                     err.add(channel.recv_stderr(_READ_CHUNK))
                 drained = not channel.recv_ready() and not channel.recv_stderr_ready()
-                if drained and (channel.eof_received or channel.closed):
+                if drained and ended:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

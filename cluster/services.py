@@ -84,12 +84,16 @@ def node_drain(*, node_id: int, reason: str, by_username: str = "") -> Node:
     Node.objects.filter(pk=node_id, state__in=[NodeState.UP, NodeState.SUSPECT]).update(
         state=NodeState.DRAINING, state_reason=f"Drained{who}: {reason}"[:255]
     )
-    node_drain_settle()
+    # This node only: a heartbeat drains its node inside its own transaction, holding that
+    # node's row, and touching other nodes there could deadlock with a round that holds
+    # them (it locks every node it starts jobs on); the periodic settle does the rest.
+    node_drain_settle(node_ids=[node_id])
     return Node.objects.get(pk=node_id)
 
 
-def node_drain_settle() -> list[str]:
-    """DRAINING → DRAINED for every node whose devices no live attempt holds any more.
+def node_drain_settle(*, node_ids: Sequence[int] | None = None) -> list[str]:
+    """DRAINING → DRAINED for every node (of `node_ids`, if given) whose devices no live
+    attempt holds any more.
 
     Returns the names of the nodes that became DRAINED.
     """
@@ -101,6 +105,8 @@ def node_drain_settle() -> list[str]:
         "device__node_id"
     )
     idle = Node.objects.filter(state=NodeState.DRAINING).exclude(pk__in=busy)
+    if node_ids is not None:
+        idle = idle.filter(pk__in=node_ids)
     names = list(idle.values_list("name", flat=True))
     # The state filter repeats in the UPDATE, so an undrain in between wins.
     Node.objects.filter(name__in=names, state=NodeState.DRAINING).exclude(pk__in=busy).update(

@@ -155,11 +155,12 @@ def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
     """Of `device_ids`, those no job may start on now: retired, gone, or on a node not UP.
 
     On PostgreSQL the rows are locked FOR SHARE until the round commits, nodes first and
-    then devices (the order a heartbeat takes them in, so neither waits on the other in a
-    cycle). A drain or a GPU retirement that committed earlier is read here; one that comes
-    later waits for the round and then sees its allocations: `node_drain_settle` leaves the
-    node DRAINING, and a heartbeat refuses to retire an allocated GPU. SQLite (the demo)
-    has one writer at a time, so a plain read is as good.
+    then devices (the order a heartbeat takes them in; it locks only its own node, and a
+    drain it makes settles only that node, so neither waits on the other in a cycle). A
+    drain or a GPU retirement that committed earlier is read here; one that comes later
+    waits for the round and then sees its allocations: `node_drain_settle` leaves the node
+    DRAINING, and a heartbeat refuses to retire an allocated GPU. SQLite (the demo) has one
+    writer at a time, so a plain read is as good.
     """
     if not device_ids:
         return set()

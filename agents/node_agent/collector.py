@@ -50,6 +50,10 @@ def job_of_pid_from_proc(proc_root: str | os.PathLike[str] = "/proc") -> JobOf:
         job, attempt = variables.get(b"GPULAB_JOB_ID"), variables.get(b"GPULAB_ATTEMPT")
         if job is None or attempt is None or not (job.isdigit() and attempt.isdigit()):
             return None
+        # Any user can set these in their own process: an id no job can have (0, or past
+        # the database's integer) would have the whole heartbeat refused.
+        if not (1 <= int(job) <= MAX_COUNT and 1 <= int(attempt) <= MAX_COUNT):
+            return None
         return int(job), int(attempt)
 
     return job_of

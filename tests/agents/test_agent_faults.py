@@ -74,6 +74,38 @@ def test_a_gpu_the_agent_no_longer_reports_drains_the_node(node: Node) -> None:
     assert Device.objects.filter(node=node).count() == 2  # kept for an admin to retire
 
 
+def test_a_gone_gpu_is_missing_not_replaced_when_nvml_renumbers_the_others(node: Node) -> None:
+    Agent(node, [SimGpu(uuid="GPU-aa"), SimGpu(uuid="GPU-bb")]).beat()
+
+    Agent(node, [SimGpu(uuid="GPU-bb")]).beat()  # NVML now calls GPU-bb "GPU 0"
+
+    node.refresh_from_db()
+    assert node.state == NodeState.DRAINED
+    assert node.state_reason.endswith("GPU 0 (GPU-aa) is missing from the agent's report")
+    assert list(Device.objects.filter(node=node).values_list("uuid", "index")) == [
+        ("GPU-aa", 0),
+        ("GPU-bb", 1),
+    ]
+
+
+def test_a_fault_reported_by_a_node_back_from_an_outage_drains_it_on_its_return(
+    node: Node,
+) -> None:
+    agent = Agent(node, [SimGpu(uuid="GPU-aa")])
+    agent.beat()
+    # The liveness sweep took it down; it will return (reconcile) to the state it had.
+    Node.objects.filter(pk=node.pk).update(
+        state=NodeState.DOWN, return_state=NodeState.UP, state_reason="silent"
+    )
+    agent.nvml.raise_xid("GPU-aa", 48)
+
+    assert agent.beat() == 1  # delivered: the agent forgets the Xid
+
+    node.refresh_from_db()
+    assert (node.state, node.return_state) == (NodeState.DOWN, NodeState.DRAINED)
+    assert node.state_reason == "Drained: Xid 48 on GPU 0 (GPU-aa)"
+
+
 def test_an_admin_retires_a_removed_gpu_and_the_node_is_whole_again(node: Node) -> None:
     Agent(node, [SimGpu(uuid="GPU-aa"), SimGpu(uuid="GPU-bb")]).beat()
     busy = started_job(node, command=["python", "train.py"])  # holds GPU 0

@@ -7,12 +7,15 @@ shell stand-in on the PATH (no daemon in the tests).
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
@@ -22,6 +25,7 @@ from agents.runtimes import (
     WRAPPER,
     LaunchSpec,
     docker_logs_script,
+    wrapped_stop_script,
 )
 from agents.services import (
     _launch_script,
@@ -31,7 +35,7 @@ from agents.services import (
     agent_node_poll,
     agent_stop,
 )
-from agents.ssh import NodeUnreachable, SshMisconfigured, node_ssh
+from agents.ssh import NodeSession, NodeUnreachable, SshMisconfigured, node_ssh
 from cluster.choices import NodeState, Runtime
 from cluster.models import Device, Node
 from jobs.choices import JobState
@@ -111,6 +115,23 @@ def test_a_leftover_that_ignores_sigterm_is_killed_and_the_programs_exit_code_ke
     assert (tmp_path / "exit_code").read_text() == "7\n"
     assert 5 <= time.monotonic() - started < 15  # TERM, 5 s, then KILL
     assert _group_members(int((tmp_path / "pid").read_text())) == []
+
+
+def test_a_stop_during_the_leftover_cleanup_knows_the_program_had_ended(tmp_path: Path) -> None:
+    """The program exited by itself; the wrapper is still ending a leftover (up to 10 s)
+    when a preemption's stop arrives: the job ended, it is not to be requeued."""
+    program = "trap '' TERM; sleep 300 & exit 0"
+    wrapper = subprocess.Popen(["setsid", "-w", "sh", "-c", WRAPPER, "t", "sh", "-c", program],
+                               cwd=tmp_path)  # fmt: skip
+    wait_for(lambda: (tmp_path / "program_exit").exists())
+    assert not (tmp_path / "exit_code").exists()  # the leftover is still being ended
+
+    stop = subprocess.run(["sh", "-c", wrapped_stop_script(str(tmp_path), 2)],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    wrapper.wait(timeout=20)
+
+    # What follows is the status after the stop's KILL, which depends on who reaps here.
+    assert stop.stdout.splitlines()[0] == "was-exited"
 
 
 # A shell that dies at once on SIGTERM around a program that checkpoints for 6 s:
@@ -461,6 +482,62 @@ def test_stale_attempts_are_stopped_together_within_one_grace_period(
 def test_the_poll_and_the_return_reconcile_may_wait_the_longest_grace_period() -> None:
     assert tasks.agent_node_poll_task.time_limit > MAX_PREEMPTION_GRACE_SECONDS
     assert tasks.node_return_reconcile_task.time_limit > MAX_PREEMPTION_GRACE_SECONDS
+
+
+class _LastDataWithEof:
+    """A channel whose transport thread delivers the last output and the EOF together,
+    right after the reader has found the buffers empty (a rare interleaving, made certain)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.eof_received = False
+        self.closed = False
+        self.stderr_checks = 0
+        self.status_event = threading.Event()
+        self.status_event.set()
+        self._read, self._write = os.pipe()
+        os.write(self._write, b"x")  # select() always finds it readable
+
+    def fileno(self) -> int:
+        return self._read
+
+    def exec_command(self, command: str) -> None:
+        pass
+
+    def shutdown_write(self) -> None:
+        pass
+
+    def recv_ready(self) -> bool:
+        return bool(self.buffer)
+
+    def recv(self, size: int) -> bytes:
+        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+    def recv_stderr_ready(self) -> bool:
+        self.stderr_checks += 1
+        if self.stderr_checks == 2:
+            self.buffer, self.eof_received = b"hello\n", True
+        return False
+
+    def recv_stderr(self, size: int) -> bytes:
+        return b""
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
+
+
+def test_output_that_arrives_with_the_eof_is_not_lost() -> None:
+    channel = _LastDataWithEof()
+    transport = SimpleNamespace(is_active=lambda: True, open_session=lambda timeout: channel)
+    client = SimpleNamespace(get_transport=lambda: transport)
+    session = NodeSession(node=SimpleNamespace(name="n"), client=client, timeout=5)  # type: ignore[arg-type]
+
+    assert session.run("echo hello").stdout == "hello\n"
 
 
 def test_node_session_run_is_still_a_plain_command_runner(ssh_node: Node) -> None:

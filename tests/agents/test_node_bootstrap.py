@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,26 @@ def test_a_bootstrapped_agent_reports_and_its_gpus_register_themselves(
 def test_a_failed_bootstrap_leaves_the_running_agents_token_working(
     transactional_db: None, ssh_node: Node, settings: Any, tmp_path: Path
 ) -> None:
-    settings.GPULAB_NODE_AGENT_DIR = str(tmp_path / "agent")
+    agent_dir = tmp_path / "agent"
+    settings.GPULAB_NODE_AGENT_DIR = str(agent_dir)
     _, running_key = node_agent_token_create(node_id=ssh_node.pk)
+    # The agent already running there: its pid file and its token file.
+    agent_dir.mkdir()
+    running = subprocess.Popen(["sleep", "300"])
+    (agent_dir / "agent.pid").write_text(f"{running.pid}\n")
+    (agent_dir / "token").write_text(running_key)
+    try:
+        with pytest.raises(ApplicationError, match="did not start"):
+            node_agent_bootstrap(
+                node_id=ssh_node.pk,
+                control_plane_url="http://127.0.0.1:9",
+                python="/nonexistent/py",
+            )
 
-    with pytest.raises(ApplicationError, match="did not start"):
-        node_agent_bootstrap(
-            node_id=ssh_node.pk, control_plane_url="http://127.0.0.1:9", python="/nonexistent/py"
-        )
-
-    assert node_agent_token_check(key=running_key) == ssh_node
-    assert NodeAgentToken.objects.filter(node=ssh_node, revoked_at__isnull=True).count() == 1
+        assert running.poll() is None  # left running
+        assert (agent_dir / "token").read_text() == running_key
+        assert node_agent_token_check(key=running_key) == ssh_node
+        assert NodeAgentToken.objects.filter(node=ssh_node, revoked_at__isnull=True).count() == 1
+    finally:
+        running.kill()
+        running.wait()

@@ -143,6 +143,9 @@ def test_the_agents_limits_are_the_control_planes() -> None:
         (b"GPULAB_JOB_ID=42\0", None),
         (b"GPULAB_JOB_ID=4x2\0GPULAB_ATTEMPT=3\0", None),
         (b"PATH=/bin\0", None),
+        (b"GPULAB_JOB_ID=0\0GPULAB_ATTEMPT=1\0", None),  # ids the endpoint would refuse
+        (b"GPULAB_JOB_ID=99999999999\0GPULAB_ATTEMPT=1\0", None),
+        (b"GPULAB_JOB_ID=7\0GPULAB_ATTEMPT=0\0", None),
         (None, None),  # the process is gone, or not readable
     ],
 )

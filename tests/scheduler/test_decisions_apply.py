@@ -21,14 +21,21 @@ from cluster.models import Device, Node
 from cluster.services import node_drain
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
-from jobs.services import JobSpec, job_cancel, job_mark_running, job_start, job_submit
+from jobs.services import (
+    JobSpec,
+    job_cancel,
+    job_finish,
+    job_mark_running,
+    job_start,
+    job_submit,
+)
 from scheduler import services as round_services
-from scheduler.core.types import Decisions, Snapshot
+from scheduler.core.types import Decisions, Snapshot, Start
 from scheduler.policies import decide
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.services import ApplyResult, decisions_apply, scheduling_round_run
 from scheduler.snapshot import RoundContext, snapshot_build
-from tests.factories import DeviceFactory, DeviceTypeFactory, NodeFactory
+from tests.factories import DeviceFactory, DeviceTypeFactory, JobFactory, NodeFactory
 from tests.scheduler.livefixtures import (
     age_job,
     assert_consistent,
@@ -185,3 +192,83 @@ def test_a_drain_during_the_round_waits_for_its_starts_and_the_node_stays_draini
     # The drain waited for the round's commit, then saw its job: DRAINING, not DRAINED.
     assert (scheduling_round.starts, live, node.state) == (1, 1, NodeState.DRAINING)
     assert Node.objects.get(pk=node.pk).state_reason.endswith("maintenance")
+
+
+def _heartbeat_gpus(node: Node, xid: list[int]) -> list[dict[str, Any]]:
+    return [
+        {"index": d.index, "uuid": d.uuid, "name": "NVIDIA V100", "lost": False,
+         "memory_total_mb": d.memory_mb or 0, "memory_used_mb": 0, "utilization_pct": 0,
+         "temperature_c": 40, "power_w": 60.0, "ecc_uncorrected": 0, "xid_errors": xid,
+         "processes": []}
+        for d in node.devices.order_by("index")
+    ]  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_draining_its_node_does_not_deadlock_with_a_round(monkeypatch) -> None:
+    """The round locks every node it starts on; a heartbeat that drains its own node must
+    not touch another one (it used to settle every DRAINING node: a lock cycle)."""
+    from agents import heartbeats
+
+    v100 = DeviceTypeFactory(name="v100", speed=1.0)
+    first, second = NodeFactory(name="m"), NodeFactory(name="n")
+    free_on_first, busy_on_first = (DeviceFactory(node=first, index=i, device_type=v100)
+                                    for i in range(2))  # fmt: skip
+    free_on_second = DeviceFactory(node=second, index=0, device_type=v100)
+    leaving = JobFactory(num_gpus=1)
+    job_start(job_id=leaving.pk, device_ids=[busy_on_first.pk])
+    job_mark_running(job_id=leaving.pk)
+    a, b = JobFactory(num_gpus=1), JobFactory(num_gpus=1)
+    now = timezone.now()
+    _, context = snapshot_build(now=now, settings=scheduler_settings_from(scheduler_config_get()))
+    decisions = Decisions(
+        starts=(Start(a.pk, (free_on_first.pk,)), Start(b.pk, (free_on_second.pk,)))
+    )
+    # After the snapshot: "m" is drained while a job runs there, then the job ends: m is
+    # DRAINING and idle until a settle.
+    node_drain(node_id=first.pk, reason="maintenance")
+    job_finish(job_id=leaving.pk, exit_code=0)
+
+    heartbeat_holds_its_node, round_started = threading.Event(), threading.Event()
+    record_progress = heartbeats._record_progress
+
+    def slow_progress(*args: Any, **kwargs: Any) -> int:
+        heartbeat_holds_its_node.set()
+        round_started.wait(5)
+        time.sleep(1.0)  # the round now holds m FOR SHARE and waits for n
+        return record_progress(*args, **kwargs)
+
+    monkeypatch.setattr(heartbeats, "_record_progress", slow_progress)
+    errors: dict[str, Exception] = {}
+
+    def heartbeat() -> None:
+        try:
+            heartbeats.agent_heartbeat_record(
+                node=Node.objects.get(pk=second.pk),
+                heartbeat={"gpus": _heartbeat_gpus(second, [79]), "jobs": []},
+            )
+        except Exception as exc:
+            errors["heartbeat"] = exc
+        finally:
+            connection.close()
+
+    def round_apply() -> None:
+        try:
+            heartbeat_holds_its_node.wait(5)
+            round_started.set()
+            with transaction.atomic():
+                decisions_apply(decisions=decisions, context=context, now=now)
+        except Exception as exc:
+            errors["round"] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=heartbeat), threading.Thread(target=round_apply)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert errors == {}
+    assert Node.objects.get(pk=second.pk).state == NodeState.DRAINED
+    assert not Job.objects.filter(pk__in=[a.pk, b.pk], state=JobState.STARTING).exists()
