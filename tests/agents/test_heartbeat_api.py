@@ -138,6 +138,17 @@ def test_a_heartbeat_without_a_valid_node_token_is_refused(
     assert not GpuSample.objects.exists()
 
 
+def test_a_users_api_token_is_no_node_token(node: Node, owner: User) -> None:
+    from accounts.services import api_token_create
+
+    _, key = api_token_create(user=owner, name="mine")
+    response = APIClient().post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    assert response.status_code in (401, 403)
+    assert not GpuSample.objects.exists()
+    assert Node.objects.get(pk=node.pk).last_heartbeat_at is None
+
+
 def test_a_revoked_token_stops_working(node: Node) -> None:
     _, old = node_agent_token_create(node_id=node.pk)
     node_agent_token_create(node_id=node.pk)

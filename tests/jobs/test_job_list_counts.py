@@ -42,3 +42,15 @@ def test_without_an_owner_filter_an_admin_counts_everyones_jobs(owner, outsider,
     response = logged_in(lab_admin).get("/jobs/")
 
     assert badge_counts(response)[JobState.PENDING] == 2
+
+
+@pytest.mark.django_db
+def test_a_student_filtering_by_another_owner_sees_no_job_and_no_count(owner, teammate):
+    JobFactory(owner=teammate, state=JobState.PENDING)
+    JobFactory(owner=owner, state=JobState.RUNNING)
+
+    response = logged_in(owner).get("/jobs/", {"owner": "bob"})
+
+    assert response.status_code == 200
+    assert response.context["rows"] == []
+    assert sum(badge_counts(response).values()) == 0

@@ -115,14 +115,17 @@ def test_bearer_is_accepted_as_well_as_token(owner, api_as):
 
 
 @pytest.mark.django_db
-def test_students_list_only_their_own_jobs(owner, teammate, outsider, api_as):
-    mine = JobFactory(owner=owner)
-    JobFactory(owner=teammate)
+def test_students_list_only_their_own_jobs(owner, teammate, outsider, vision, api_as):
+    mine = JobFactory(owner=owner, group=vision)
+    JobFactory(owner=teammate, group=vision)
     JobFactory(owner=outsider)
     ids = [job["id"] for job in api_as(owner).get("/api/v1/jobs/").json()["results"]]
     assert ids == [mine.pk]
-    # Asking for someone else's jobs by filter reveals nothing either.
+    # Asking for someone else's jobs by filter reveals nothing either: by owner, or by a
+    # group shared with a teammate.
     assert api_as(owner).get("/api/v1/jobs/?owner=carol").json()["results"] == []
+    by_group = api_as(owner).get("/api/v1/jobs/?group=vision").json()["results"]
+    assert [job["id"] for job in by_group] == [mine.pk]
 
 
 @pytest.mark.django_db
