@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import User
@@ -151,7 +151,7 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.state != JobState.STARTING or job.attempt != attempt:
         logger.info("Launch of job %s attempt %s skipped: the job moved on.", job_id, attempt)
-        if job is not None and _attempt_unreleased(job_id=job_id, attempt=attempt):
+        if job is not None and _unreleased(job_id=job_id, attempt=attempt).exists():
             # An earlier try of this task may have started it before losing the node's
             # answer: only a stop makes the GPUs safe to release.
             _attempt_end_unwanted(job_id=job_id, attempt=attempt)
@@ -190,10 +190,11 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
         return None
 
 
-def _attempt_unreleased(*, job_id: int, attempt: int) -> bool:
+def _unreleased(*, job_id: int, attempt: int) -> QuerySet[Allocation]:
+    """The attempt's allocations it let go of, on GPUs its process may still be using."""
     return Allocation.objects.filter(
         job_id=job_id, attempt=attempt, ended_at__isnull=False, released_at__isnull=True
-    ).exists()
+    )
 
 
 def _attempt_end_unwanted(*, job_id: int, attempt: int) -> None:
@@ -216,9 +217,7 @@ def _attempt_end_unwanted(*, job_id: int, attempt: int) -> None:
         # Still there, or docker could not say: not known to be gone, so not released.
         logger.warning("Job %s attempt %s may still run after its stop.", job_id, attempt)
         return
-    released = Allocation.objects.filter(
-        job_id=job_id, attempt=attempt, ended_at__isnull=False, released_at__isnull=True
-    ).update(released_at=timezone.now())
+    released = _unreleased(job_id=job_id, attempt=attempt).update(released_at=timezone.now())
     if released:
         round_request_on_commit()  # the job waiting for these GPUs need not wait a poll
 

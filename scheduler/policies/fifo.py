@@ -40,10 +40,8 @@ _DEFAULTS = SchedulerSettings()
 def _fifo_view(snapshot: Snapshot) -> Snapshot:
     """The snapshot with every setting FIFO ignores at its default.
 
-    Shared placement code must not read them either: AlloX placement once took the first
-    queue threshold as its prior job size (`allox.RemainingService` now uses the Gittins
-    size distribution, which no setting here moves); pinning them keeps any such use from
-    moving FIFO's jobs between GPUs.
+    Shared placement code reads some of them (AlloX's window step takes its patience from
+    the first queue threshold); pinned, they cannot move FIFO's jobs between GPUs.
     """
     pinned = {name: getattr(_DEFAULTS, name) for name in FIFO_IGNORED_SETTINGS}
     return replace(snapshot, settings=replace(snapshot.settings, **pinned))

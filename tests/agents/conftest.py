@@ -15,9 +15,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -193,3 +194,25 @@ def node(db: None) -> Node:
     """A node whose agent reports a100 GPUs (registered by its heartbeats)."""
     DeviceTypeFactory(name="a100", speed=2.0)
     return NodeFactory(name="gpu-7")
+
+
+def reported_gpus(node: Node, *, xid_errors: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Every GPU of `node` as its agent reports it when idle (a validated heartbeat's
+    `gpus`), with `xid_errors` on each."""
+    return [
+        {
+            "index": device.index,
+            "uuid": device.uuid,
+            "name": device.model_name or "NVIDIA GPU",
+            "lost": False,
+            "memory_total_mb": device.memory_mb or 0,
+            "memory_used_mb": 0,
+            "utilization_pct": 0,
+            "temperature_c": 40,
+            "power_w": 60.0,
+            "ecc_uncorrected": 0,
+            "xid_errors": list(xid_errors),
+            "processes": [],
+        }
+        for device in node.devices.order_by("index")
+    ]

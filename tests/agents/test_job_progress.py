@@ -20,6 +20,7 @@ from jobs.services import JobSpec, job_mark_running, job_start, job_submit
 from scheduler.selectors import scheduler_settings_from
 from scheduler.services import scheduling_round_run
 from scheduler.snapshot import snapshot_build
+from tests.agents.conftest import reported_gpus
 from tests.factories import DeviceFactory, DeviceTypeFactory, JobFactory, NodeFactory, UserFactory
 from tests.scheduler.livefixtures import configure
 
@@ -45,27 +46,6 @@ def running_on(*devices: Device, command: tuple[str, ...] = ("python", "train.py
     return job_mark_running(job_id=job.pk)
 
 
-def idle_gpus(node: Node) -> list[dict[str, Any]]:
-    """Every GPU of `node`, idle: what its agent reports besides the progress."""
-    return [
-        {
-            "index": device.index,
-            "uuid": device.uuid,
-            "name": device.model_name or "NVIDIA GPU",
-            "lost": False,
-            "memory_total_mb": device.memory_mb or 0,
-            "memory_used_mb": 0,
-            "utilization_pct": 0,
-            "temperature_c": 40,
-            "power_w": 60.0,
-            "ecc_uncorrected": 0,
-            "xid_errors": [],
-            "processes": [],
-        }
-        for device in node.devices.order_by("index")
-    ]
-
-
 def read_through(node: Node, job_id: int, attempt: int) -> str:
     """The GPU the agent read an attempt's progress through: its lowest on `node`, else
     (an attempt that runs elsewhere) the node's first."""
@@ -87,7 +67,7 @@ def heartbeat(
         heartbeat={
             "driver_version": "550",
             "cuda_version": "12.4",
-            "gpus": idle_gpus(node),
+            "gpus": reported_gpus(node),
             "jobs": [
                 {
                     "job_id": job_id,
@@ -148,7 +128,7 @@ def test_a_reading_that_names_no_gpu_is_ignored(two_nodes) -> None:
     job = running_on(here.devices.get(index=0))
     reading = {"job_id": job.pk, "attempt": job.attempt, "progress": 5.0}  # an agent before v2
 
-    payload = {"driver_version": "", "cuda_version": "", "gpus": idle_gpus(here)}
+    payload = {"driver_version": "", "cuda_version": "", "gpus": reported_gpus(here)}
 
     result = agent_heartbeat_record(node=here, heartbeat={**payload, "jobs": [reading]}, now=T0)
 

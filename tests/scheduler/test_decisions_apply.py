@@ -35,6 +35,7 @@ from scheduler.policies import decide
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.services import ApplyResult, decisions_apply, scheduling_round_run
 from scheduler.snapshot import RoundContext, snapshot_build
+from tests.agents.conftest import reported_gpus
 from tests.factories import DeviceFactory, DeviceTypeFactory, JobFactory, NodeFactory
 from tests.scheduler.livefixtures import (
     age_job,
@@ -194,16 +195,6 @@ def test_a_drain_during_the_round_waits_for_its_starts_and_the_node_stays_draini
     assert Node.objects.get(pk=node.pk).state_reason.endswith("maintenance")
 
 
-def _heartbeat_gpus(node: Node, xid: list[int]) -> list[dict[str, Any]]:
-    return [
-        {"index": d.index, "uuid": d.uuid, "name": "NVIDIA V100", "lost": False,
-         "memory_total_mb": d.memory_mb or 0, "memory_used_mb": 0, "utilization_pct": 0,
-         "temperature_c": 40, "power_w": 60.0, "ecc_uncorrected": 0, "xid_errors": xid,
-         "processes": []}
-        for d in node.devices.order_by("index")
-    ]  # fmt: skip
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_heartbeat_draining_its_node_does_not_deadlock_with_a_round(monkeypatch) -> None:
     """The round locks every node it starts on; a heartbeat that drains its own node must
@@ -245,7 +236,7 @@ def test_a_heartbeat_draining_its_node_does_not_deadlock_with_a_round(monkeypatc
         try:
             heartbeats.agent_heartbeat_record(
                 node=Node.objects.get(pk=second.pk),
-                heartbeat={"gpus": _heartbeat_gpus(second, [79]), "jobs": []},
+                heartbeat={"gpus": reported_gpus(second, xid_errors=[79]), "jobs": []},
             )
         except Exception as exc:
             errors["heartbeat"] = exc
