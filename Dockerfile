@@ -1,4 +1,4 @@
-# One image for web, worker and beat (docker-compose.yml picks the command).
+# One image for web, workers and beat (docker-compose.yml picks the command).
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -26,7 +26,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 demo: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py migrate --noinput
-	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_seed
+	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_seed --url http://$(HOST):$(PORT)
 	DJANGO_SETTINGS_MODULE=config.settings.local $(PY) manage.py demo_serve $(HOST):$(PORT)
 
 # The tests need PostgreSQL and Redis on loopback (scripts/test-services starts private
@@ -54,4 +54,4 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix .
 
 clean:
-	rm -rf $(VENV) db.sqlite3 test.sqlite3 .pytest_cache .ruff_cache
+	rm -rf $(VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm test.sqlite3 .pytest_cache .ruff_cache

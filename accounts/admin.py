@@ -1,12 +1,21 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
+from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.forms import UserChangeForm
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from .forms import AdminLoginForm
 from .models import ApiToken, AuditEntry, DeviceTypeQuota, LabGroup, User
-from .services import api_token_revoke
+from .services import api_token_revoke, default_group_errors, user_lab_groups_set
+
+# The Django admin's login counts failures and locks out like the site's (accounts.forms).
+admin.site.login_form = AdminLoginForm
 
 
 class DeviceTypeQuotaInline(admin.TabularInline):
@@ -31,8 +40,44 @@ class GroupDeviceTypeQuotaInline(DeviceTypeQuotaInline):
     fk_name = "group"
 
 
+class LabUserChangeForm(UserChangeForm):
+    """The user page edits lab-group membership (not Django's auth groups: the role, not
+    per-user permissions, decides what a user may do) and keeps the default group among
+    the user's groups."""
+
+    lab_groups = forms.ModelMultipleChoiceField(
+        queryset=LabGroup.objects.all(),
+        required=False,
+        widget=FilteredSelectMultiple("lab groups", is_stacked=False),
+        help_text="The groups this user's jobs may be charged to.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["lab_groups"].initial = list(self.instance.lab_groups.all())
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        # Without a valid group list (its own error is shown) there is nothing to check against.
+        if "lab_groups" in cleaned:
+            errors = default_group_errors(
+                default_group=cleaned.get("default_group"), groups=cleaned["lab_groups"]
+            )
+            for field, messages in errors.items():
+                self.add_error(field, messages)
+        return cleaned
+
+
+ROLE_HELP = (
+    "The role decides what a user may do: admins get the lab-admin pages and this Django "
+    "admin, students neither."
+)
+
+
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
+    form = LabUserChangeForm
     list_display = [
         "username",
         "role",
@@ -45,25 +90,48 @@ class UserAdmin(DjangoUserAdmin):
     ]
     list_filter = ["role", "is_active", "lab_groups"]
     search_fields = ["username", "email", "first_name", "last_name"]
+    # No is_staff, is_superuser, auth groups or per-user permissions: User.save derives the
+    # first two from the role, and nothing in gpulab reads the other two.
     fieldsets = [
-        *DjangoUserAdmin.fieldsets,
+        (None, {"fields": ["username", "password"]}),
+        ("Personal info", {"fields": ["first_name", "last_name", "email"]}),
         (
-            "gpulab",
+            "Role and lab groups",
             {
-                "fields": [
-                    "role",
-                    "default_group",
-                    "weight",
-                    "max_gpus",
-                    "max_running_jobs",
-                    "max_pending_jobs",
-                ]
+                "fields": ["is_active", "role", "lab_groups", "default_group"],
+                "description": ROLE_HELP,
+            },
+        ),
+        ("Important dates", {"fields": ["last_login", "date_joined"]}),
+        (
+            "Fair share and limits",
+            {"fields": ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]},
+        ),
+    ]
+    add_fieldsets = [
+        (
+            None,
+            {
+                "classes": ["wide"],
+                "fields": ["username", "usable_password", "password1", "password2", "role"],
+                "description": ROLE_HELP,
             },
         ),
     ]
     inlines = [DeviceTypeQuotaInline]
     # Weights and limits change only on the audited quota editor (/manage/quotas/).
     readonly_fields = ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
+
+    def save_related(
+        self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool
+    ) -> None:
+        super().save_related(request, form, formsets, change)
+        if "lab_groups" in form.cleaned_data:  # the change form; the add form has no groups
+            user_lab_groups_set(
+                user=form.instance,
+                groups=form.cleaned_data["lab_groups"],
+                default_group=form.instance.default_group,
+            )
 
 
 @admin.register(LabGroup)

@@ -7,7 +7,9 @@ user and group. A quota of NULL means "no limit".
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractUser
+from typing import Any
+
+from django.contrib.auth.models import AbstractUser, UserManager
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -46,6 +48,13 @@ class LabGroup(QuotaFields):
         return self.name
 
 
+class LabUserManager(UserManager):
+    def create_superuser(self, username, email=None, password=None, **extra_fields):  # type: ignore[no-untyped-def,override]
+        """`manage.py createsuperuser` makes a lab admin: powers follow the role (User.save)."""
+        extra_fields.setdefault("role", Role.ADMIN)
+        return super().create_superuser(username, email, password, **extra_fields)
+
+
 class User(AbstractUser, QuotaFields):
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.STUDENT)
     default_group = models.ForeignKey(
@@ -56,6 +65,8 @@ class User(AbstractUser, QuotaFields):
         related_name="+",
         help_text="The group a job is charged to when the submission names none.",
     )
+
+    objects = LabUserManager()
 
     class Meta:
         ordering = ["username"]
@@ -69,9 +80,21 @@ class User(AbstractUser, QuotaFields):
     def __str__(self) -> str:
         return self.username
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The role is the one source of a user's powers. Django's admin and permission
+        # checks read is_staff/is_superuser, so they are derived from the role on every
+        # save (admin form, shell, createsuperuser, services alike) rather than kept in
+        # step by each caller: a demoted admin once kept is_superuser and every admin page.
+        is_admin = self.role == Role.ADMIN
+        self.is_staff = self.is_superuser = is_admin
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "role" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "is_staff", "is_superuser"}
+        super().save(*args, **kwargs)
+
     @property
     def is_lab_admin(self) -> bool:
-        return self.role == Role.ADMIN or self.is_superuser
+        return self.role == Role.ADMIN
 
 
 class DeviceTypeQuota(models.Model):

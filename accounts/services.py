@@ -7,7 +7,7 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -61,15 +61,11 @@ def user_create(
     email: str = "",
     groups: list[LabGroup] | None = None,
 ) -> User:
-    """Create a lab member; admins get Django-admin access, students do not."""
+    """Create a lab member; admins get Django-admin access (User.save derives it from the
+    role), students do not."""
     with transaction.atomic():
         user = User.objects.create_user(
-            username=username,
-            password=password,
-            email=email,
-            role=role,
-            is_staff=role == Role.ADMIN,
-            is_superuser=role == Role.ADMIN,
+            username=username, password=password, email=email, role=role
         )
         for group in groups or []:
             group.members.add(user)
@@ -77,6 +73,43 @@ def user_create(
             user.default_group = groups[0]
             user.save(update_fields=["default_group"])
     return user
+
+
+def default_group_errors(
+    *, default_group: LabGroup | None, groups: Iterable[LabGroup]
+) -> dict[str, list[str]]:
+    """Why `default_group` cannot be the default of a member of `groups` ({} if it can).
+
+    A default group the user is not in charges their jobs to no group at all (job_submit
+    uses the default only while the user still belongs to it).
+    """
+    if default_group is None or default_group in set(groups):
+        return {}
+    return {
+        "default_group": [
+            f"{default_group.name} is not one of this user's lab groups: "
+            "add the user to it, or choose one of their groups."
+        ]
+    }
+
+
+def user_lab_groups_set(
+    *, user: User, groups: Iterable[LabGroup], default_group: LabGroup | None
+) -> None:
+    """Make `groups` exactly the user's lab groups and `default_group` their default.
+
+    ValidationFailed (naming `default_group`) if the default is not among the groups;
+    nothing is written then.
+    """
+    groups = list(groups)
+    errors = default_group_errors(default_group=default_group, groups=groups)
+    if errors:
+        raise ValidationFailed(errors)
+    with transaction.atomic():
+        user.lab_groups.set(groups)
+        if user.default_group_id != (default_group.pk if default_group else None):
+            user.default_group = default_group
+            user.save(update_fields=["default_group"])
 
 
 # --------------------------------------------------------------------------- quotas

@@ -1,4 +1,5 @@
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import path, reverse_lazy
 
 from . import views
 
@@ -6,4 +7,21 @@ app_name = "accounts"
 urlpatterns = [
     path("tokens/", views.token_list_page, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke_page, name="token-revoke"),
+    # Django's own views: they check the old password, run the password validators and
+    # keep the session logged in (update_session_auth_hash).
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(
+            template_name="accounts/password_change.html",
+            success_url=reverse_lazy("accounts:password-change-done"),
+        ),
+        name="password-change",
+    ),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(
+            template_name="accounts/password_change_done.html"
+        ),
+        name="password-change-done",
+    ),
 ]

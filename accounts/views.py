@@ -1,11 +1,18 @@
-"""The API tokens page: create (shown once) and revoke your own tokens."""
+"""The API tokens page: create (shown once) and revoke your own tokens; the 429 of a
+locked-out login."""
 
 from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -49,3 +56,22 @@ def token_revoke_page(request: HttpRequest, token_id: int) -> HttpResponse:
         raise Http404(str(exc)) from exc
     messages.success(request, f"Token '{token.name}' revoked.")
     return redirect("accounts:tokens")
+
+
+def login_lockout_status(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap a login view (the site's LoginView, the admin's login) whose form uses
+    accounts.forms.LoginLockoutMixin: a refused, locked-out attempt answers 429 Too Many
+    Requests with Retry-After, instead of the 200 of an ordinary wrong password."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        form = (getattr(response, "context_data", None) or {}).get("form")
+        locked_until = getattr(form, "locked_until", None)
+        if locked_until is not None:
+            response.status_code = 429
+            seconds = (locked_until - timezone.now()).total_seconds()
+            response["Retry-After"] = str(max(1, math.ceil(seconds)))
+        return response
+
+    return wrapped

@@ -92,6 +92,28 @@ def attempts_overdue(
     )
 
 
+# A STARTING job's reason while its launch task was never sent (the broker refused it):
+# written by `scheduler.services.launch_undelivered_mark`, cleared once it is sent.
+LAUNCH_UNDELIVERED_REASON = (
+    "Launch not sent yet: the task queue was unreachable. The next node poll asks again."
+)
+
+
+def launches_undelivered() -> list[tuple[int, int]]:
+    """STARTING attempts on real nodes whose launch task never reached the broker.
+
+    Unlike `attempts_overdue`, no waiting is needed: no task for them exists, so asking
+    again cannot race a launch under way.
+    """
+    rows = Allocation.objects.filter(
+        ended_at__isnull=True,
+        device__node__simulated=False,
+        job__state=JobState.STARTING,
+        job__reason=LAUNCH_UNDELIVERED_REASON,
+    ).values_list("job_id", "attempt")
+    return sorted(set(rows))
+
+
 # Readings spanning less than this are start-up noise (data loading, compilation).
 MIN_PROGRESS_SPAN = timedelta(seconds=60)
 # How far back other runs of the same program count, and at most how many attempts.

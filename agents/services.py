@@ -185,6 +185,12 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
             message=f"Running on {node.name} ({node.runtime} {name}, pid/id {handle[:12]}).",
         )
     except ApplicationError as exc:
+        running = Job.objects.filter(pk=job_id, attempt=attempt, state=JobState.RUNNING).first()
+        if running is not None:
+            # A second delivery of this launch raced the first: the node's launch script is
+            # idempotent (one program per attempt), and the other delivery marked it running.
+            logger.info("Job %s attempt %s was already marked running.", job_id, attempt)
+            return running
         logger.info("Job %s started on %s but moved on meanwhile: %s", job_id, node.name, exc)
         _attempt_end_unwanted(job_id=job_id, attempt=attempt)
         return None

@@ -1,8 +1,9 @@
 """Simulated node agents for the demo: they "run" jobs on nodes marked `simulated`.
 
 They drive jobs through the same state-machine services a real agent's reports do
-(STARTING → RUNNING → SUCCEEDED, PREEMPTING → PENDING after the grace period), so the
-demo exercises the real scheduler and bookkeeping; only the container is imaginary.
+(STARTING → RUNNING → SUCCEEDED, PREEMPTING → PENDING after the grace period, or
+SUCCEEDED if the job's work is done within it), so the demo exercises the real scheduler
+and bookkeeping; only the container is imaginary.
 
 How long a simulated job runs: `sleep N` runs N seconds; anything else runs
 `DEFAULT_DURATION_SECONDS`. Progress survives preemption (it resumes from a checkpoint),
@@ -53,9 +54,9 @@ def simulated_launch(*, job_id: int) -> None:
 def simulated_tick(*, grace_seconds: float) -> int:
     """Advance every simulated job: finish those done, requeue preempted ones. Returns changes.
 
-    1. RUNNING jobs whose time on devices (stored + current run) reaches their duration
-       exit with code 0.
-    2. PREEMPTING jobs whose grace period has passed are requeued (checkpoint taken).
+    1. RUNNING and PREEMPTING jobs whose time on devices (stored + current run) reaches
+       their duration exit with code 0.
+    2. Other PREEMPTING jobs whose grace period has passed are requeued (checkpoint taken).
     3. STARTING jobs whose launch was missed (e.g. a restart) are marked running.
     """
     now = timezone.now()
@@ -72,14 +73,14 @@ def simulated_tick(*, grace_seconds: float) -> int:
         try:
             if row["state"] == JobState.STARTING:
                 job_mark_running(job_id=row["id"], message="Simulated agent: running.")
+            elif _work_done(row, now=now, grace_seconds=grace_seconds):
+                # Also during a preemption's grace period: the program keeps running until
+                # it is killed, and one that completes meanwhile exits 0 like a real one
+                # (PREEMPTING → SUCCEEDED) instead of being requeued to run for 0 s.
+                done = "done" if row["state"] == JobState.RUNNING else "done while preempted"
+                job_finish(job_id=row["id"], exit_code=0, message=f"Simulated agent: {done}.")
             elif row["state"] == JobState.RUNNING:
-                current_run = (
-                    (now - row["started_at"]).total_seconds() if row["started_at"] else 0.0
-                )
-                if row["total_run_seconds"] + current_run >= simulated_duration(row["command"]):
-                    job_finish(job_id=row["id"], exit_code=0, message="Simulated agent: done.")
-                else:
-                    continue
+                continue
             elif now - row["updated_at"] >= timedelta(seconds=grace_seconds):
                 job_requeue(job_id=row["id"], message="Checkpointed after preemption; requeued.")
             else:
@@ -89,6 +90,19 @@ def simulated_tick(*, grace_seconds: float) -> int:
             continue
         changes += 1
     return changes
+
+
+def _work_done(row: dict[str, Any], *, now: datetime, grace_seconds: float) -> bool:
+    """Whether a RUNNING or PREEMPTING job's time on devices (stored + current run) has
+    reached its duration. A PREEMPTING job runs until its grace period ends at the latest
+    (then it is killed), however late this tick comes."""
+    current_run = 0.0
+    if row["started_at"]:
+        run_until = now
+        if row["state"] == JobState.PREEMPTING:
+            run_until = min(now, row["updated_at"] + timedelta(seconds=grace_seconds))
+        current_run = max((run_until - row["started_at"]).total_seconds(), 0.0)
+    return row["total_run_seconds"] + current_run >= simulated_duration(row["command"])
 
 
 # --------------------------------------------------------------------------- heartbeats

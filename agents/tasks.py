@@ -19,6 +19,7 @@ from django.utils import timezone
 from cluster.services import node_drain_settle
 from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
+from scheduler.services import undelivered_launches_request
 
 from .heartbeats import metrics_rollup
 from .selectors import attempts_overdue, nodes_to_poll
@@ -93,13 +94,24 @@ def agent_node_poll_task(node_id: int) -> dict[str, int] | None:
         return None
 
 
+# The poll is asked for every POLL_INTERVAL_SECONDS (config/celery_app.py). One that no
+# worker took within a few intervals is dropped: a newer one is queued behind it, so a
+# busy SSH queue holds at most a few polls per node instead of an ever longer backlog.
+POLL_INTERVAL_SECONDS = 10
+NODE_POLL_EXPIRES_SECONDS = 3 * POLL_INTERVAL_SECONDS
+
+
 @shared_task(name="agents.poll_all", time_limit=30)
 def agent_poll_all_task() -> int:
     """Fan out one poll per real node, so one slow node delays no other; and ask again
-    for launches and stops whose task was lost (both are idempotent)."""
+    for launches a round could not send, and for launches and stops whose task was lost
+    (both are idempotent)."""
     node_ids = nodes_to_poll()
     for node_id in node_ids:
-        agent_node_poll_task.delay(node_id=node_id)
+        agent_node_poll_task.apply_async(
+            kwargs={"node_id": node_id}, expires=NODE_POLL_EXPIRES_SECONDS
+        )
+    sent_again = set(undelivered_launches_request())
     grace = scheduler_config_get().preemption_grace_seconds
     overdue = attempts_overdue(
         now=timezone.now(),
@@ -107,6 +119,8 @@ def agent_poll_all_task() -> int:
         stop_after=timedelta(seconds=grace + 2 * settings.GPULAB_SSH_TIMEOUT_SECONDS + 60),
     )
     for job_id, attempt in overdue.launches:
+        if (job_id, attempt) in sent_again:
+            continue  # sent a moment ago: a second copy could race it on the node
         agent_launch_task.delay(job_id=job_id, attempt=attempt)
     for job_id, attempt in overdue.stops:
         agent_stop_task.delay(job_id=job_id, attempt=attempt, grace_seconds=grace)

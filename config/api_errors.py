@@ -1,4 +1,11 @@
-"""The one mapping from domain errors to HTTP responses for the REST API."""
+"""The one mapping from domain errors to HTTP responses for the REST API.
+
+Two body shapes, whatever went wrong: `{"<field>": ["message", ...]}` when input was
+rejected (a bad body field or query parameter), and `{"detail": "...", "code": "..."}` for
+everything else, `code` being a stable word a client can branch on (`not_found`,
+`not_authenticated`, `throttled`, `illegal_transition`, ...). What Django answers outside
+DRF under /api/ gets the second shape from `config.api_middleware`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,9 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions as drf_exceptions
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -21,7 +30,38 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         body = {"detail": exc.message, "code": exc.default_code, **exc.extra}
         return Response(body, status=exc.status_code)
     if isinstance(exc, Http404):
+        # Django's own message can name a model or a query: not for clients.
         exc = drf_exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
-        exc = drf_exceptions.PermissionDenied()
-    return exception_handler(exc, context)
+        # Keep the view's reason ("The usage report is for lab admins.") if it gave one.
+        exc = drf_exceptions.PermissionDenied(str(exc) or None)
+    response = exception_handler(exc, context)
+    if response is not None and isinstance(exc, drf_exceptions.APIException):
+        body = response.data
+        if isinstance(body, dict) and set(body) == {"detail"}:
+            detail = exc.detail
+            body["code"] = getattr(detail, "code", None) or exc.default_code
+    return response
+
+
+class ErrorOutput(serializers.Serializer):
+    """`{"detail", "code"}`: every error that is not about one input field."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField(help_text="A stable word: not_found, throttled, conflict, ...")
+
+
+# `{"<field>": ["message", ...]}`: input rejected, each bad field (or parameter) named.
+FIELD_ERRORS = OpenApiResponse(
+    response={
+        "type": "object",
+        "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        "example": {"num_gpus": ["A whole number, 1 or more."]},
+    },
+    description="Input rejected: each bad field or query parameter with its messages.",
+)
+
+
+def error_response(description: str) -> OpenApiResponse:
+    """A documented `{"detail", "code"}` response of an operation."""
+    return OpenApiResponse(response=ErrorOutput, description=description)

@@ -12,10 +12,52 @@ app = Celery("gpulab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# Queues by kind of work, each served by its own worker (docker-compose.yml), so a round
+# never waits for a worker slot behind SSH work: a launch may take GPULAB_LAUNCH_TIMEOUT_
+# SECONDS (an image pull), a stop the preemption grace (up to an hour).
+# - scheduler: short control-plane tasks that others wait on (rounds, liveness, drains,
+#   and the poll's fan-out, which asks again for lost launches and stops);
+# - ssh: everything that talks to nodes over SSH;
+# - the default queue (`celery`): the rest (metrics roll-ups, dashboard aggregates,
+#   housekeeping, demo agents).
+SCHEDULER_QUEUE = "scheduler"
+SSH_QUEUE = "ssh"
+TASK_QUEUES = {
+    "scheduler.round": SCHEDULER_QUEUE,
+    "agents.poll_all": SCHEDULER_QUEUE,
+    "agents.liveness_sweep": SCHEDULER_QUEUE,
+    "agents.drain_settle": SCHEDULER_QUEUE,
+    "agents.launch": SSH_QUEUE,
+    "agents.stop": SSH_QUEUE,
+    "agents.node_poll": SSH_QUEUE,
+    "agents.node_return_reconcile": SSH_QUEUE,
+}
+
+
+def queue_name(kind: str) -> str:
+    """The queue of one kind of work, as workers must name it in `-Q`.
+
+    With Celery's default queue (`celery`), just `kind`. Where the default queue was
+    renamed (each test run does, so runs sharing one Redis never take each other's
+    tasks), the other queues follow it: `<default>.<kind>`.
+    """
+    default = app.conf.task_default_queue
+    return kind if default == "celery" else f"{default}.{kind}"
+
+
+def task_route(
+    name: str, args: object, kwargs: object, options: object, **_: object
+) -> dict | None:
+    """Celery router (CELERY_TASK_ROUTES): a task's queue by its name; None = default."""
+    kind = TASK_QUEUES.get(name)
+    return {"queue": queue_name(kind)} if kind else None
+
+
 # Every periodic schedule, in one place. `expires` drops a tick nobody picked up in time
 # (a backlog of stale rounds is useless: the next one reads fresh state anyway).
 # The round's own interval is a live setting (SchedulerConfig.round_interval_seconds,
 # default 10 s): beat ticks every second and the task runs a round only once it is due.
+DAY_SECONDS = 24 * 3600.0
 app.conf.beat_schedule = {
     "scheduling-round": {
         "task": "scheduler.round",
@@ -66,4 +108,24 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
+    # Housekeeping, daily: expired login sessions (Django's `clearsessions`), and round
+    # records older than GPULAB_ROUND_HISTORY_DAYS (30 by default).
+    "sessions-clear": {
+        "task": "housekeeping.sessions_clear",
+        "schedule": DAY_SECONDS,
+        "options": {"expires": 3600.0},
+    },
+    "scheduling-rounds-prune": {
+        "task": "scheduler.rounds_prune",
+        "schedule": DAY_SECONDS,
+        "options": {"expires": 3600.0},
+    },
 }
+
+
+@app.task(name="housekeeping.sessions_clear", time_limit=600)
+def sessions_clear_task() -> None:
+    """Delete expired sessions; Django never does by itself (database sessions)."""
+    from django.core.management import call_command
+
+    call_command("clearsessions")

@@ -3,7 +3,8 @@
 PostgreSQL rejects a NUL character in text (and psycopg2 cannot encode a lone UTF-16
 surrogate, which JSON's "\\ud800" escape decodes to): reaching a query, either was a 500.
 Every request's query and form parameters and every API JSON body are checked once here,
-so no view has to remember to.
+so no view has to remember to. A JSON body nested deeper than any API takes is refused here
+too: `json.load` recurses once per level and would otherwise end in a RecursionError (a 500).
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+# No API body goes deeper than a heartbeat's gpus[i].processes[j] (4 levels); 64 leaves room
+# and keeps the walkers below far from Python's recursion limit.
+MAX_JSON_DEPTH = 64
+TOO_DEEP = "JSON nested too deeply."
+
 
 def text_problem(text: str) -> str | None:
     """Why `text` cannot be stored, or None."""
@@ -26,6 +32,19 @@ def text_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "is not valid Unicode text (a lone surrogate)"
     return None
+
+
+def json_depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `value` nests lists and objects more than `limit` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _problems(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -48,7 +67,12 @@ class StoredTextJSONParser(JSONParser):
     """DRF's JSON parser, refusing strings PostgreSQL cannot store (400 naming the field)."""
 
     def parse(self, stream, media_type=None, parser_context=None):  # type: ignore[no-untyped-def]
-        data = super().parse(stream, media_type, parser_context)
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            raise ParseError(TOO_DEEP) from exc
+        if json_depth_exceeds(data):
+            raise ParseError(TOO_DEEP)
         errors: dict[str, list[str]] = {}
         for path, problem in _problems(data, ""):
             # Keyed by the top-level field ("env" for env.A), as ValidationFailed is.

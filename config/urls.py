@@ -4,13 +4,22 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from accounts.forms import LoginForm
+from accounts.views import login_lockout_status
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "login/",
+        login_lockout_status(auth_views.LoginView.as_view(authentication_form=LoginForm)),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/", include("jobs.urls")),
     path("account/", include("accounts.urls")),
     path("", include("dashboard.urls")),
+    # Before admin.site.urls, to answer a locked-out attempt with 429 (accounts.lockout).
+    path("admin/login/", login_lockout_status(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/agents/", include("agents.api.urls")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,9 +15,36 @@ from django.db.models import Count, Max, QuerySet
 from accounts.models import User
 from agents.models import JobGpuMinute, JobGpuSample
 from config.errors import NotFound
+from scheduler.core.accounting import live_service
 
 from .choices import HOLDING_STATES, JobState
-from .models import Job, JobEvent
+from .models import Allocation, Job, JobEvent
+
+
+def jobs_live_service(*, job_ids: Iterable[int], now: datetime) -> dict[int, float]:
+    """Normalized GPU-seconds of each job's current run, not yet in `Job.attained_service`.
+
+    The stored service is folded in only when a job leaves its devices (jobs.services), so a
+    running job read from the row alone shows what it had before this run (0 on its first).
+    The live part is what the scheduler's snapshot adds (`accounting.live_service`): Σ
+    device speed × (now − allocation start) over the job's live allocations. One query;
+    jobs holding nothing are left out.
+    """
+    held: dict[int, list[int]] = defaultdict(list)
+    since: dict[int, float] = {}
+    speed_of: dict[int, float] = {}
+    rows = Allocation.objects.filter(job_id__in=list(job_ids), ended_at__isnull=True).values_list(
+        "job_id", "device_id", "started_at", "device__device_type__speed"
+    )
+    for job_id, device_id, started_at, speed in rows:
+        held[job_id].append(device_id)
+        since[job_id] = started_at.timestamp()  # one gang: its devices start together
+        speed_of[device_id] = speed
+    now_s = now.timestamp()
+    return {
+        job_id: live_service(devices, since[job_id], now_s, speed_of)
+        for job_id, devices in held.items()
+    }
 
 
 def job_run_seconds(

@@ -23,7 +23,7 @@ from django.utils import timezone
 from accounts.models import LabGroup, User
 from cluster import selectors as cluster_selectors
 from config.errors import ApplicationError, IllegalTransition, NotFound, ValidationFailed
-from scheduler.core.accounting import decay_usage
+from scheduler.core.accounting import decay_usage, decayed_service, eligible_since
 from scheduler.triggers import round_request_on_commit
 
 from . import validation
@@ -304,19 +304,25 @@ def _accounting_updates(
     """The Tiresias counters to add as the job leaves `from_state` for `to_state`.
 
     Time is folded in at transitions rather than by a periodic job: while PENDING the
-    live part is `now - pending_since`, while holding devices it is `now - started_at` of
-    the live allocations. Both are committed with the transition, so a restart of every
-    process loses no service (scheduler/snapshot.py adds the live parts when it reads).
+    live part is `now - eligible_since` (the pending spell, a retry's backoff left out),
+    while holding devices it is `now - started_at` of the live allocations. Both are
+    committed with the transition, so a restart of every process loses no service
+    (scheduler/snapshot.py adds the live parts when it reads, from the same functions).
     Service is normalized GPU-seconds: Σ over held devices of type speed × seconds held.
-    Returns (service folded in, field updates).
+    Returns (the fair-share usage to charge, field updates): the run's service with each
+    GPU-second decayed from when it was used to `now` (`decayed_service`, algorithms.md §2).
     """
     updates: dict[str, Any] = {}
-    service = 0.0
+    usage = 0.0
     # Like the Tiresias reference (`last_pending_time`), waiting counts towards starvation
     # promotion only after the job has run; see scheduler.core.accounting.advance_pending.
     has_run = current["executed_since_promotion"] > 0
     if from_state == JobState.PENDING and current["pending_since"] is not None and has_run:
-        waited = max((now - current["pending_since"]).total_seconds(), 0.0)
+        retry_not_before = (
+            Job.objects.filter(pk=job_id).values_list("retry_not_before", flat=True).first()
+        )
+        since = eligible_since(current["pending_since"], retry_not_before)
+        waited = max((now - since).total_seconds(), 0.0)
         updates["waiting_since_promotion"] = F("waiting_since_promotion") + waited
     if to_state == JobState.PENDING:
         updates["pending_since"] = now
@@ -327,25 +333,32 @@ def _accounting_updates(
             "started_at", "device__device_type__speed"
         )
         seconds = 0.0
+        service = 0.0
+        half_life = settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
         for started_at, speed in held:
             seconds = max((now - started_at).total_seconds(), 0.0)  # one gang: one interval
             service += speed * seconds
+            usage += decayed_service(speed, seconds, half_life)
         if held:
             updates["attained_service"] = F("attained_service") + service
             updates["service_since_promotion"] = F("service_since_promotion") + service
             updates["executed_since_promotion"] = F("executed_since_promotion") + seconds
             updates["total_run_seconds"] = F("total_run_seconds") + seconds
-    return service, updates
+    return usage, updates
 
 
-def _charge_usage(model: type[User] | type[LabGroup], pk: int, service: float, now: Any) -> None:
-    """Add `service` to an account's decayed fair-share usage (algorithms.md §2)."""
+def _charge_usage(model: type[User] | type[LabGroup], pk: int, usage: float, now: Any) -> None:
+    """Add a run's `usage` to an account's decayed fair-share usage (algorithms.md §2).
+
+    `usage` is already decayed to `now` (`_accounting_updates`), the moment the stored usage
+    is decayed to here and then referenced to (`usage_updated_at`).
+    """
     account = (
         model.objects.select_for_update(no_key=True).only("usage", "usage_updated_at").get(pk=pk)
     )
     elapsed = (now - account.usage_updated_at).total_seconds() if account.usage_updated_at else 0.0
     half_life = settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
-    account.usage = decay_usage(account.usage, max(elapsed, 0.0), half_life) + service
+    account.usage = decay_usage(account.usage, max(elapsed, 0.0), half_life) + usage
     account.usage_updated_at = now
     account.save(update_fields=["usage", "usage_updated_at"])
 
@@ -486,9 +499,11 @@ def _retry_failed_attempt(
     """RUNNING or PREEMPTING → PENDING when the job has retries left; else None.
 
     The retry waits `retry_backoff_seconds` (the snapshot leaves it out until then), keeps
-    its attained service (the GPUs were used) and the exit code. Only an exit of the job's
-    own program counts: a lost node does not use a retry, a failed launch or a walltime
-    timeout never retries, and neither does a job whose walltime is used up.
+    its attained service (the GPUs were used) and the exit code. Its pending spell counts
+    from the end of the backoff (`scheduler.core.accounting.eligible_since`): the backoff is
+    not time the scheduler kept it waiting. Only an exit of the job's own program counts:
+    a lost node does not use a retry, a failed launch or a walltime timeout never retries,
+    and neither does a job whose walltime is used up.
     """
     row = (
         Job.objects.filter(pk=job_id)

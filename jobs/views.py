@@ -191,6 +191,10 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     # The reason and the event messages share one lookup of the jobs they mention.
     described = _describe_all([job.reason, *(event.message for event in events)], user=request.user)
     terminal = job.state in TERMINAL_STATES
+    now = timezone.now()
+    # The row holds the service of ended runs; the current run's is added here, as the
+    # scheduler's snapshot does, so a running job does not read 0 until it stops.
+    live = selectors.jobs_live_service(job_ids=[job.pk], now=now).get(job.pk, 0.0)
     # A job that ended before it ever ran has no use to chart.
     show_gpu_use = job.first_started_at is not None or not terminal
     return render(
@@ -204,16 +208,15 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
                 for event, message in zip(events, described[1:], strict=True)
             ],
             "can_cancel": not terminal,
+            "attained_service": job.attained_service + live,
             "run_minutes": selectors.job_run_seconds(
                 state=job.state,
                 total_run_seconds=job.total_run_seconds,
                 started_at=job.started_at,
-                now=timezone.now(),
+                now=now,
             )
             / 60.0,
-            "measured_speeds": sorted(
-                job_measured_rates(job_id=job.pk, now=timezone.now()).items()
-            ),
+            "measured_speeds": sorted(job_measured_rates(job_id=job.pk, now=now).items()),
             "show_gpu_use": show_gpu_use,
             "gpu_figure": _gpu_use_figure(selectors.job_gpu_use(job=job)) if show_gpu_use else "",
             "charts": show_gpu_use,

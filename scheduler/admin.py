@@ -1,5 +1,8 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import connection
 from django.http import HttpRequest
+
+from dashboard.forms import ConcurrentEditForm
 
 from .models import SchedulerConfig, SchedulingRound
 from .settings_services import EDITABLE_FIELDS, scheduler_config_update
@@ -7,7 +10,13 @@ from .settings_services import EDITABLE_FIELDS, scheduler_config_update
 
 @admin.register(SchedulerConfig)
 class SchedulerConfigAdmin(admin.ModelAdmin):
-    """The live scheduler settings: one row, validated; the next round uses the new values."""
+    """The live scheduler settings: one row, validated; the next round uses the new values.
+
+    Two admins may edit at once: the form remembers what it showed (`ConcurrentEditForm`),
+    saves only what this admin changed, and refuses a field someone else changed meanwhile.
+    """
+
+    form = ConcurrentEditForm
 
     list_display = [
         "__str__",
@@ -51,14 +60,29 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return not SchedulerConfig.objects.exists()
 
+    def get_object(self, request, object_id, from_field=None):  # type: ignore[no-untyped-def]
+        # A save locks the row (the change view runs in one transaction) from the form's
+        # conflict check, against the row read here, to the write: another admin's save
+        # lands wholly before (and is seen) or after it.
+        config = super().get_object(request, object_id, from_field)
+        if config is not None and request.method == "POST" and connection.in_atomic_block:
+            config = SchedulerConfig.objects.select_for_update().get(pk=config.pk)
+        return config
+
     def save_model(self, request, obj, form, change) -> None:  # type: ignore[no-untyped-def]
         # Edits here go through the same audited service as /manage/scheduler/, so the
         # audit log holds every change whichever page made it.
         if not change:
             super().save_model(request, obj, form, change)
             return
-        changes = {f: form.cleaned_data[f] for f in form.changed_data if f in EDITABLE_FIELDS}
+        changes = {
+            field: form.cleaned_data[field]
+            for field in form.edited_fields()
+            if field in EDITABLE_FIELDS
+        }
         scheduler_config_update(actor=request.user, changes=changes)
+        for warning in SchedulerConfig.objects.get(pk=obj.pk).clean_warnings():
+            messages.warning(request, warning)
 
     def has_delete_permission(
         self, request: HttpRequest, obj: SchedulerConfig | None = None

@@ -42,15 +42,17 @@ def start() -> threading.Thread:
 def _run_forever() -> None:
     import time
 
-    next_round = next_aggregates = 0.0
+    # No round yet: the first pass runs one at once.
+    last_round = float("-inf")
+    next_aggregates = 0.0
     while True:
         event = _wake.wait(timeout=TICK_SECONDS)
         _wake.clear()
         try:
-            next_round, next_aggregates = iterate(
+            last_round, next_aggregates = iterate(
                 event=event,
                 now=time.monotonic(),
-                next_round=next_round,
+                last_round=last_round,
                 next_aggregates=next_aggregates,
             )
         except Exception:  # the loop must survive a bad round; the next one retries
@@ -60,11 +62,16 @@ def _run_forever() -> None:
 
 
 def iterate(
-    *, event: bool, now: float, next_round: float, next_aggregates: float
+    *, event: bool, now: float, last_round: float, next_aggregates: float
 ) -> tuple[float, float]:
     """One pass of the loop: what Celery beat's tasks do (agents' tick and heartbeats,
-    drain settling, a round when asked or due, the aggregates when due). Returns the next
-    round's and aggregates' due times."""
+    drain settling, a round when asked or due, the aggregates when due). Returns when the
+    last round ran and when the aggregates are due next.
+
+    A timer round is due one round interval after the last round, with the interval read
+    afresh on every pass: an admin who shortens it from an hour to 10 s gets the next round
+    within 10 s of the last one, not an hour after it.
+    """
     from agents.heartbeats import metrics_rollup
     from agents.simulated import simulated_heartbeats, simulated_tick
     from cluster.services import node_drain_settle
@@ -79,13 +86,13 @@ def iterate(
     changes = simulated_tick(grace_seconds=config.preemption_grace_seconds)
     simulated_heartbeats()  # GPU metrics for the demo; each node every 10 s
     node_drain_settle()  # a drained demo node whose last job left becomes DRAINED
-    if event or changes or now >= next_round:
+    if event or changes or now >= last_round + config.round_interval_seconds:
         trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER
         scheduling_round_run(trigger=trigger)
-        next_round = now + config.round_interval_seconds
+        last_round = now
     if now >= next_aggregates:
         metrics_rollup()
         aggregates_update()
         figure_caches_warm()
         next_aggregates = now + AGGREGATES_SECONDS
-    return next_round, next_aggregates
+    return last_round, next_aggregates

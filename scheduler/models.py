@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -10,6 +13,10 @@ from django.db.models import Q
 from scheduler.core.types import DEFAULT_QUEUE_THRESHOLDS, PlacementKind
 
 from .choices import LIVE_POLICIES, RoundOutcome, RoundTrigger
+
+# The policies that rank jobs in Tiresias queues and preempt across them; fifo and
+# fifo-backfill ignore the queues and the margin.
+TIRESIAS_POLICIES = frozenset({"las", "gittins"})
 
 
 def _default_thresholds() -> list[float]:
@@ -142,12 +149,24 @@ class SchedulerConfig(models.Model):
     def __str__(self) -> str:
         return f"{self.policy} + {self.placement}"
 
+    def clean_fields(self, exclude: Collection[str] | None = None) -> None:
+        # No thresholds ([]) is one queue, a valid setting the settings page offers
+        # ("Empty = one queue"), but a JSONField without blank=True refuses an empty list;
+        # `clean` checks the list. (Here rather than blank=True: that needs a migration.)
+        if self.queue_thresholds == []:
+            exclude = {*(exclude or ()), "queue_thresholds"}
+        super().clean_fields(exclude=exclude)
+
     def clean(self) -> None:
         thresholds = self.queue_thresholds
         if not isinstance(thresholds, list) or not all(
             isinstance(value, int | float) and not isinstance(value, bool) for value in thresholds
         ):
             raise ValidationError({"queue_thresholds": "A list of numbers, e.g. [3600, 36000]."})
+        # Every comparison with NaN is false, so NaN would pass the checks below (and the
+        # admin's JSON input accepts NaN and Infinity), then PostgreSQL's jsonb refuses it.
+        if any(isinstance(value, float) and not math.isfinite(value) for value in thresholds):
+            raise ValidationError({"queue_thresholds": "Thresholds must be finite numbers."})
         if any(value <= 0 for value in thresholds) or thresholds != sorted(set(thresholds)):
             raise ValidationError(
                 {"queue_thresholds": "Thresholds must be positive and strictly ascending."}
@@ -156,9 +175,12 @@ class SchedulerConfig(models.Model):
             raise ValidationError(
                 {"queue_thresholds": f"Thresholds must be at most {MAX_QUEUE_THRESHOLD:g} GPU·s."}
             )
-        if self.promote_knob is not None and self.promote_knob < 0:
+        self._clean_float_fields()
+        knob = self.promote_knob
+        if isinstance(knob, int | float) and not isinstance(knob, bool) and knob < 0:
             raise ValidationError({"promote_knob": "Must be 0 or more (empty or 0 = off)."})
-        if self.preemption_grace_seconds > MAX_PREEMPTION_GRACE_SECONDS:
+        grace = self.preemption_grace_seconds
+        if isinstance(grace, int | float) and grace > MAX_PREEMPTION_GRACE_SECONDS:
             # The stop task waits out the grace; its time limit is sized from this bound.
             raise ValidationError(
                 {
@@ -167,6 +189,49 @@ class SchedulerConfig(models.Model):
                     )
                 }
             )
+
+    def clean_warnings(self) -> list[str]:
+        """What `clean` lets pass because it may be intended, but that switches a mechanism
+        off without saying so: one sentence each, naming the effect (the settings page and
+        the admin show them)."""
+        warnings = []
+        queues = len(self.queue_thresholds) + 1
+        if self.policy in TIRESIAS_POLICIES and self.preempt_margin >= queues:
+            # A pending job preempts only jobs at least `preempt_margin` queues below its
+            # own; with Q queues the widest gap is Q - 1 (policies.las.preemption_classes).
+            guard = (
+                f"a multi-GPU job pending {self.starvation_seconds:g} s (the starvation guard)"
+                if self.starvation_seconds > 0
+                else "none at all: the starvation guard is off too"
+            )
+            remedy = "add thresholds" + (
+                f" or lower the margin to {queues - 1}" if queues > 1 else ""
+            )
+            warnings.append(
+                f"The preemption margin ({self.preempt_margin}) is not below the number of "
+                f"queues ({queues}, from {len(self.queue_thresholds)} threshold(s)): no "
+                "waiting job is ever that many queues above a running one, so preemption "
+                f"is off except for {guard}. To preempt across queues, {remedy}."
+            )
+        return warnings
+
+    def _clean_float_fields(self) -> None:
+        """Refuse NaN and infinity in every float setting, naming each such field.
+
+        The min/max validators compare, and every comparison with NaN is false, so NaN
+        passed them all (a 500 from the table's check constraints, or a knob that silently
+        switches a rule off). A field that failed its own conversion (still text) has its
+        error already.
+        """
+        errors = {
+            field.name: "Must be a finite number."
+            for field in self._meta.concrete_fields
+            if isinstance(field, models.FloatField)
+            and isinstance(getattr(self, field.attname), float)
+            and not math.isfinite(getattr(self, field.attname))
+        }
+        if errors:
+            raise ValidationError(errors)
 
 
 class SchedulingRound(models.Model):

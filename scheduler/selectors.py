@@ -63,10 +63,14 @@ def scheduler_settings_from(config: SchedulerConfig) -> SchedulerSettings:
 
 
 def round_is_due() -> bool:
-    """True once the configured interval has passed since the last applied round."""
+    """True once the configured interval has passed since the last applied or failed round.
+
+    A failed round counts: the timer retries it one interval later, not at every tick of
+    beat (each failure is recorded, and a failure that repeats would flood the history).
+    """
     interval = scheduler_config_get().round_interval_seconds
     last = (
-        SchedulingRound.objects.filter(outcome=RoundOutcome.APPLIED)
+        SchedulingRound.objects.filter(outcome__in=(RoundOutcome.APPLIED, RoundOutcome.FAILED))
         .order_by("-started_at")
         .values_list("started_at", flat=True)
         .first()

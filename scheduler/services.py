@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agents.selectors import LAUNCH_UNDELIVERED_REASON, launches_undelivered
 from cluster.choices import NodeState
 from cluster.models import Device, Node
 from config.errors import ApplicationError
@@ -49,6 +51,8 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
     3. `decide(snapshot)`: the configured pure policy, invariant-checked.
     4. Apply every decision in one transaction; one that no longer holds is dropped.
     5. After commit, ask the agents to start and stop work (never for uncommitted rows).
+
+    A round that raises is recorded as FAILED with its traceback, and the error re-raised.
     """
     started_at = timezone.now()
     clock = time.perf_counter()
@@ -58,45 +62,82 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
             return SchedulingRound.objects.create(
                 started_at=started_at, trigger=trigger, outcome=RoundOutcome.LOCKED
             )
-        config = scheduler_config_get()
-        settings = scheduler_settings_from(config)
-        # Under the lock and before the snapshot, so this round already reuses their devices.
-        timed_out = jobs_time_out(now=started_at)
-        if timed_out:
-            logger.info("Walltime exceeded, jobs failed: %s", timed_out)
-        snapshot, context = snapshot_build(now=started_at, settings=settings)
-        built = time.perf_counter()
-        decisions = decide(snapshot)
-        decided = time.perf_counter()
-        with transaction.atomic():
-            result = decisions_apply(decisions=decisions, context=context, now=started_at)
-            grace = config.preemption_grace_seconds
-            # robust: should dispatch still raise, the committed round is recorded anyway.
-            transaction.on_commit(lambda: _dispatch_to_agents(result, grace), robust=True)
-        applied = time.perf_counter()
-        pending = sum(1 for job in snapshot.jobs if not job.is_running)
-        held_devices = {d for job in snapshot.jobs for d in job.devices} | snapshot.busy_device_ids
-        return SchedulingRound.objects.create(
+        try:
+            return _round_run_locked(trigger=trigger, started_at=started_at, clock=clock)
+        except Exception:
+            # Recorded (the timer then waits an interval before the next try: see
+            # `round_is_due`) and re-raised, so the task fails visibly too.
+            _round_failure_record(trigger=trigger, started_at=started_at, clock=clock)
+            raise
+
+
+def _round_run_locked(
+    *, trigger: RoundTrigger, started_at: datetime, clock: float
+) -> SchedulingRound:
+    """Steps 2-5 of `scheduling_round_run`, under the round lock."""
+    config = scheduler_config_get()
+    settings = scheduler_settings_from(config)
+    # Under the lock and before the snapshot, so this round already reuses their devices.
+    timed_out = jobs_time_out(now=started_at)
+    if timed_out:
+        logger.info("Walltime exceeded, jobs failed: %s", timed_out)
+    snapshot, context = snapshot_build(now=started_at, settings=settings)
+    built = time.perf_counter()
+    decisions = decide(snapshot)
+    decided = time.perf_counter()
+    with transaction.atomic():
+        result = decisions_apply(decisions=decisions, context=context, now=started_at)
+        grace = config.preemption_grace_seconds
+        # robust: should dispatch still raise, the committed round is recorded anyway.
+        transaction.on_commit(lambda: _dispatch_to_agents(result, grace), robust=True)
+    applied = time.perf_counter()
+    pending = sum(1 for job in snapshot.jobs if not job.is_running)
+    held_devices = {d for job in snapshot.jobs for d in job.devices} | snapshot.busy_device_ids
+    return SchedulingRound.objects.create(
+        started_at=started_at,
+        duration_ms=(applied - clock) * 1000,
+        trigger=trigger,
+        outcome=RoundOutcome.APPLIED,
+        policy=settings.policy,
+        settings=_settings_record(settings),
+        pending_jobs=pending,
+        running_jobs=len(snapshot.jobs) - pending,
+        free_devices=len(snapshot.devices) - len(held_devices),
+        starts=len(result.started),
+        preemptions=len(result.preempted),
+        holds=len(decisions.holds),
+        queue_changes=len(decisions.queue_changes),
+        dropped=result.dropped,
+        timings_ms={
+            "snapshot": round((built - clock) * 1000, 2),
+            "decide": round((decided - built) * 1000, 2),
+            "apply": round((applied - decided) * 1000, 2),
+        },
+    )
+
+
+# The tail of a failed round's traceback kept in its record (the innermost frames).
+ROUND_ERROR_CHARS = 8000
+
+
+def _round_failure_record(*, trigger: RoundTrigger, started_at: datetime, clock: float) -> None:
+    """Record the round being handled in an `except` block as FAILED, with its traceback.
+
+    Never raises: a round whose error also broke the database connection (or the
+    enclosing transaction) is only logged, and the caller re-raises the original error.
+    """
+    error = traceback.format_exc()
+    logger.error("Scheduling round failed:\n%s", error)
+    try:
+        SchedulingRound.objects.create(
             started_at=started_at,
-            duration_ms=(applied - clock) * 1000,
+            duration_ms=(time.perf_counter() - clock) * 1000,
             trigger=trigger,
-            outcome=RoundOutcome.APPLIED,
-            policy=settings.policy,
-            settings=_settings_record(settings),
-            pending_jobs=pending,
-            running_jobs=len(snapshot.jobs) - pending,
-            free_devices=len(snapshot.devices) - len(held_devices),
-            starts=len(result.started),
-            preemptions=len(result.preempted),
-            holds=len(decisions.holds),
-            queue_changes=len(decisions.queue_changes),
-            dropped=result.dropped,
-            timings_ms={
-                "snapshot": round((built - clock) * 1000, 2),
-                "decide": round((decided - built) * 1000, 2),
-                "apply": round((applied - decided) * 1000, 2),
-            },
+            outcome=RoundOutcome.FAILED,
+            error=error[-ROUND_ERROR_CHARS:],
         )
+    except Exception:
+        logger.exception("The failed round could not be recorded.")
 
 
 def _settings_record(settings: SchedulerSettings) -> dict[str, object]:
@@ -251,6 +292,9 @@ def _apply_holds(
             changed.append((hold.job_id, reason[:500], hold.position))
     for job_id, reason in waiting_reasons.items():
         changed.append((job_id, reason[:500], None))
+    # Jobs the snapshot left out of the policy's view (a disabled owner's) say why.
+    for job_id, reason in context.left_out_reasons.items():
+        changed.append((job_id, reason[:500], None))
     if not changed:
         return
     if connection.vendor == "postgresql":
@@ -288,7 +332,10 @@ def _dispatch_to_agents(result: ApplyResult, grace_seconds: int) -> None:
     """Ask the agents to stop the preempted attempts and launch the started ones.
 
     Runs after commit, so the decisions stand whatever happens here: one request that
-    fails (a broker blip on `.delay()`, say) is logged and the others are still sent.
+    fails (a broker blip on `.delay()`, say) is logged and the others are still sent. A
+    launch that could not be sent is marked on its job (`launch_undelivered_mark`), and
+    the next node poll asks for it again (`undelivered_launches_request`); a lost stop
+    is asked for again once its job has been PREEMPTING too long (`attempts_overdue`).
     """
     from agents.services import agent_launch_request, agent_stop_request
 
@@ -302,3 +349,65 @@ def _dispatch_to_agents(result: ApplyResult, grace_seconds: int) -> None:
             agent_launch_request(job_id=job_id, attempt=attempt)
         except Exception:
             logger.exception("Launch request for job %s attempt %s failed.", job_id, attempt)
+            launch_undelivered_mark(job_id=job_id, attempt=attempt)
+
+
+def launch_undelivered_mark(*, job_id: int, attempt: int) -> None:
+    """Record on a STARTING job that its launch was never sent to a worker.
+
+    Recorded in the database, not in Redis: the broker that refused the task is usually
+    Redis itself. The job's reason carries it (a STARTING job has no other reason), so
+    its owner sees why it is not starting yet. Only attempts on real nodes: a simulated
+    launch runs in-process and has no task to lose. Never raises.
+    """
+    try:
+        Job.objects.filter(
+            pk=job_id,
+            attempt=attempt,
+            state=JobState.STARTING,
+            allocations__attempt=attempt,
+            allocations__device__node__simulated=False,
+        ).update(reason=LAUNCH_UNDELIVERED_REASON)
+    except Exception:
+        logger.exception("Job %s attempt %s: its lost launch was not recorded.", job_id, attempt)
+
+
+def undelivered_launches_request() -> list[tuple[int, int]]:
+    """Ask again for the launches a round could not send; returns those sent now.
+
+    Each one is un-marked once its task is on the queue; one that fails again keeps its
+    mark for the next poll. No launch task of these ever reached a worker, so none is
+    under way to race the one sent here (on the node, a launch is idempotent anyway).
+    """
+    from agents.services import agent_launch_request
+
+    sent: list[tuple[int, int]] = []
+    for job_id, attempt in launches_undelivered():
+        try:
+            agent_launch_request(job_id=job_id, attempt=attempt)
+        except Exception:
+            logger.warning(
+                "Launch of job %s attempt %s still not sent; the next poll tries again.",
+                job_id, attempt, exc_info=True,
+            )  # fmt: skip
+            continue
+        # Whatever state the launch has taken the job to meanwhile, the mark goes.
+        Job.objects.filter(pk=job_id, attempt=attempt, reason=LAUNCH_UNDELIVERED_REASON).update(
+            reason=""
+        )
+        sent.append((job_id, attempt))
+    if sent:
+        logger.info("Launches sent again after a lost dispatch: %s", sent)
+    return sent
+
+
+def scheduling_rounds_prune(*, now: datetime, keep_days: int) -> int:
+    """Delete the round records older than `keep_days`; returns how many went.
+
+    Rounds are history for the dashboard and debugging: nothing refers to them (no
+    foreign key), and with a round every 10 s they add up to 260,000 rows a month.
+    """
+    deleted, _ = SchedulingRound.objects.filter(
+        started_at__lt=now - timedelta(days=keep_days)
+    ).delete()
+    return deleted

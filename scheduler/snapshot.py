@@ -5,17 +5,20 @@ with `values()` rather than model instances: a round with 10,000 pending jobs mu
 its snapshot in tens of milliseconds.
 
 Accounting is stored as of each job's last transition (jobs.services); here the live part
-is added: waiting time since `pending_since` for pending jobs, and speed × seconds on the
-held devices since the allocation started for running ones.
+is added: waiting time since the job became eligible (`eligible_since`: its pending spell,
+a retry's backoff left out) for pending jobs, and speed × seconds on the held devices since
+the allocation started for running ones (decayed per GPU-second for fair-share usage).
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
@@ -25,17 +28,25 @@ from agents.selectors import JobProgram, argv_text, measured_rates
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, Node
 from cluster.selectors import jobs_may_span_nodes
-from jobs.choices import JobState
+from jobs.choices import TERMINAL_STATES, JobState
 from jobs.models import Allocation, Job
-from scheduler.core.accounting import decay_usage
+from scheduler.core.accounting import (
+    decay_usage,
+    decayed_service,
+    eligible_since,
+    live_service,
+)
 from scheduler.core.speeds import relative_speeds
 from scheduler.core.types import (
     Account,
     Consolidation,
     JobPhase,
     Quota,
+    Reason,
+    ReasonCode,
     SchedulerSettings,
     Snapshot,
+    StoppingJob,
 )
 from scheduler.core.types import Device as DeviceView
 from scheduler.core.types import Job as JobView
@@ -46,6 +57,10 @@ from scheduler.selectors import devices_stopping
 # checkpoint, so their devices are busy, but the policy may not start or preempt them.
 SNAPSHOT_STATES = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
 
+# Held, not scheduled: a disabled account starts nothing new, while its running jobs run on
+# (Slurm's semantics for a user whose association is removed: running work is not killed).
+OWNER_DISABLED_REASON = str(Reason(ReasonCode.OWNER_DISABLED, "the owner's account is disabled"))
+
 
 @dataclass(frozen=True)
 class RoundContext:
@@ -55,6 +70,9 @@ class RoundContext:
     attempt: dict[int, int]  # job id -> attempt number, for running jobs
     node_of_device: dict[int, str]
     preempting_devices: dict[int, int]  # device id -> id of the PREEMPTING job holding it
+    # Pending jobs left out of the snapshot for a reason the apply step stores (their owner's
+    # account is disabled): job id -> reason, only where the stored reason differs.
+    left_out_reasons: dict[int, str] = field(default_factory=dict)
 
 
 def _epoch(moment: datetime | None) -> float | None:
@@ -85,9 +103,11 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
 
     1. Devices (GPUs) with their node, type and speed; nodes with whether they take work.
     2. Live allocations: who holds which device since when.
-    3. Active jobs, with the live part of their accounting added.
+    3. Active jobs, with the live part of their accounting added; PREEMPTING ones only as
+       `stopping_jobs` (busy devices that still count against quotas); pending jobs of
+       disabled owners left out, with the reason the apply step stores.
     4. The users and groups of those jobs: weights, quotas, decayed usage plus live usage.
-    5. Sizes of recently finished jobs, for the Gittins distribution.
+    5. Sizes of recently ended jobs, for the Gittins distribution.
 
     Jobs' speeds per device type (`Job.throughputs`, for AlloX placement) come from their
     measured progress (`agents.selectors.measured_rates`, `scheduler.core.speeds`).
@@ -127,13 +147,23 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         .exclude(state=JobState.PENDING, retry_not_before__gt=now)
         .annotate(command_text=argv_text())
     )
-    rows = active.values(
-        "id", "owner__username", "owner_id", "group__name", "group_id", "num_gpus",
-        "submitted_at", "state", "accepted_types", "consolidation", "attained_service",
-        "service_since_promotion", "executed_since_promotion", "waiting_since_promotion",
-        "queue_level", "queue_entered_at", "pending_since", "reason", "queue_position",
-        "attempt", "image", "command_text",
+    read = active.values(
+        "id", "owner__username", "owner_id", "owner__is_active", "group__name", "group_id",
+        "num_gpus", "submitted_at", "state", "accepted_types", "consolidation",
+        "attained_service", "service_since_promotion", "executed_since_promotion",
+        "waiting_since_promotion", "queue_level", "queue_entered_at", "pending_since",
+        "retry_not_before", "reason", "queue_position", "attempt", "image", "command_text",
     )  # fmt: skip
+    # Nor is a pending job whose owner's account is disabled: it is left out with a reason
+    # of its own for the apply step to store (only where the stored one differs).
+    rows: list[dict[str, Any]] = []
+    left_out_reasons: dict[int, str] = {}
+    for row in read:
+        if row["state"] == JobState.PENDING and not row["owner__is_active"]:
+            if row["reason"] != OWNER_DISABLED_REASON or row["queue_position"] is not None:
+                left_out_reasons[row["id"]] = OWNER_DISABLED_REASON
+            continue
+        rows.append(row)
     type_speed = {device.device_type: device.speed for device in devices}
 
     # Jobs of one program share their rates: one conversion per program, not per job.
@@ -152,21 +182,34 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     pending_reason: dict[int, tuple[str, int | None]] = {}
     attempt: dict[int, int] = {}
     preempting_devices: dict[int, int] = {}
+    stopping_jobs: list[StoppingJob] = []
     live_usage_user: dict[int, float] = defaultdict(float)
     live_usage_group: dict[int, float] = defaultdict(float)
     for row in rows:
         job_id = row["id"]
         state = row["state"]
         if state == JobState.PREEMPTING:
-            for device_id in held.get(job_id, ()):
+            stopping_devices = tuple(sorted(held.get(job_id, ())))
+            for device_id in stopping_devices:
                 busy.add(device_id)
                 preempting_devices[device_id] = job_id
+            # Until it exits it holds its GPUs: they still count against its quotas.
+            stopping_jobs.append(
+                StoppingJob(
+                    id=job_id,
+                    user=row["owner__username"],
+                    group=row["group__name"],
+                    devices=stopping_devices,
+                )
+            )
             # Its service is charged only when it leaves its devices: until then it is live
             # usage, as for a running job, or its owner would look idle during the grace.
-            service = _live_service(held.get(job_id, ()), held_since.get(job_id), now_s, speed_of)
-            live_usage_user[row["owner_id"]] += service
+            usage = _live_usage(
+                stopping_devices, held_since.get(job_id), now_s, speed_of, half_life
+            )
+            live_usage_user[row["owner_id"]] += usage
             if row["group_id"] is not None:
-                live_usage_group[row["group_id"]] += service
+                live_usage_group[row["group_id"]] += usage
             continue
         attained = row["attained_service"]
         since_promotion = row["service_since_promotion"]
@@ -177,25 +220,27 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         pending_since = None
         if state == JobState.PENDING:
             phase = JobPhase.PENDING
-            # None only for an odd row; the policy then counts from submission.
-            pending_since = _epoch(row["pending_since"])
+            # None only for an odd row; the policy then counts from submission. A retry's
+            # backoff is not waiting: the spell starts when the job may start.
+            pending_since = _epoch(eligible_since(row["pending_since"], row["retry_not_before"]))
             # Waiting counts only after the job has run (scheduler.core.accounting).
-            if row["pending_since"] is not None and executed > 0:
-                waiting += max(now_s - row["pending_since"].timestamp(), 0.0)
+            if pending_since is not None and executed > 0:
+                waiting += max(now_s - pending_since, 0.0)
             pending_reason[job_id] = (row["reason"], row["queue_position"])
         else:
             phase = JobPhase.RUNNING
             device_ids = tuple(sorted(held.get(job_id, ())))
             started_at = held_since.get(job_id, now_s)
             seconds = max(now_s - started_at, 0.0)
-            service = _live_service(device_ids, started_at, now_s, speed_of)
+            service = live_service(device_ids, started_at, now_s, speed_of)
             attained += service
             since_promotion += service
             executed += seconds
             attempt[job_id] = row["attempt"]
-            live_usage_user[row["owner_id"]] += service
+            usage = _live_usage(device_ids, started_at, now_s, speed_of, half_life)
+            live_usage_user[row["owner_id"]] += usage
             if row["group_id"] is not None:
-                live_usage_group[row["group_id"]] += service
+                live_usage_group[row["group_id"]] += usage
         jobs.append(
             JobView(
                 id=job_id,
@@ -222,18 +267,12 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
             )
         )
 
-    user_ids = {row["owner_id"] for row in rows}  # the queryset is cached: no second query
+    user_ids = {row["owner_id"] for row in rows}
     group_ids = {row["group_id"] for row in rows} - {None}
     users = _accounts(User, user_ids, "username", "user_id", live_usage_user, now_s, half_life)
     groups = _accounts(LabGroup, group_ids, "name", "group_id", live_usage_group, now_s, half_life)
 
-    finished_sizes = tuple(
-        reversed(
-            Job.objects.filter(state=JobState.SUCCEEDED, attained_service__gt=0)
-            .order_by("-finished_at")
-            .values_list("attained_service", flat=True)[:1000]
-        )
-    )
+    finished_sizes = _finished_job_sizes(limit=1000)
     snapshot = Snapshot(
         now=now_s,
         jobs=tuple(jobs),
@@ -243,6 +282,7 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         groups=groups,
         settings=settings,
         busy_device_ids=frozenset(busy),
+        stopping_jobs=tuple(stopping_jobs),
         finished_job_sizes=finished_sizes,
     )
     context = RoundContext(
@@ -250,18 +290,54 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         attempt=attempt,
         node_of_device=node_of_device,
         preempting_devices=preempting_devices,
+        left_out_reasons=left_out_reasons,
     )
     return snapshot, context
 
 
-def _live_service(
-    device_ids: Iterable[int], since: float | None, now_s: float, speed_of: dict[int, float]
+def _live_usage(
+    device_ids: Iterable[int],
+    since: float | None,
+    now_s: float,
+    speed_of: dict[int, float],
+    half_life: float,
 ) -> float:
-    """Normalized GPU-seconds on `device_ids` since `since` (not yet folded into the row)."""
+    """Fair-share usage, decayed to `now`, of the run on `device_ids` since `since`.
+
+    Each GPU-second decays from when it was used (`decayed_service`), as `_charge_usage`
+    (jobs.services) charges the run when it leaves its devices, so an account's usage does
+    not jump when a long run ends.
+    """
     if since is None:
         return 0.0
-    seconds = max(now_s - since, 0.0)
-    return seconds * sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
+    rate = sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
+    return decayed_service(rate, max(now_s - since, 0.0), half_life)
+
+
+def _finished_job_sizes(*, limit: int) -> tuple[float, ...]:
+    """Attained service of the `limit` jobs that left the system last, oldest first.
+
+    From the scheduler's view a job's size is the service it received before it left, however
+    it left: succeeded, failed (a walltime timeout included) or cancelled. Counting only the
+    successes would teach the Gittins distribution that jobs are shorter than they are. Jobs
+    that never ran (size 0) say nothing about sizes.
+
+    The newest `limit` of each end state, each read from the (state, -finished_at) index
+    (one ORDER BY over all three would sort every finished job), then merged here: one
+    UNION ALL on PostgreSQL, three queries where a compound query cannot hold a LIMIT.
+    """
+    per_state = [
+        Job.objects.filter(state=state, attained_service__gt=0, finished_at__isnull=False)
+        .order_by("-finished_at", "-id")
+        .values_list("finished_at", "id", "attained_service")[:limit]
+        for state in sorted(TERMINAL_STATES)
+    ]
+    if connection.features.supports_slicing_ordering_in_compound:
+        found = list(per_state[0].union(*per_state[1:], all=True))
+    else:
+        found = [row for query in per_state for row in query]
+    newest = heapq.nlargest(limit, found, key=lambda row: (row[0], row[1]))
+    return tuple(size for _, _, size in reversed(newest))
 
 
 def _accounts(

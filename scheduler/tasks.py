@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
 
 from agents.simulated import simulated_tick
 
 from .choices import RoundOutcome, RoundTrigger
 from .selectors import round_is_due, scheduler_config_get
-from .services import scheduling_round_run
+from .services import scheduling_round_run, scheduling_rounds_prune
 from .triggers import round_request_clear
 
 # A round is idempotent (it re-reads everything), so it is acknowledged late: a worker
@@ -38,3 +40,8 @@ def scheduling_round_task(self, trigger: str = RoundTrigger.TIMER) -> dict[str, 
 @shared_task(name="agents.simulated_tick", acks_late=True, time_limit=60)
 def simulated_agents_tick_task() -> int:
     return simulated_tick(grace_seconds=scheduler_config_get().preemption_grace_seconds)
+
+
+@shared_task(name="scheduler.rounds_prune", time_limit=600)
+def scheduling_rounds_prune_task() -> int:
+    return scheduling_rounds_prune(now=timezone.now(), keep_days=settings.GPULAB_ROUND_HISTORY_DAYS)

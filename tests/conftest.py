@@ -102,28 +102,35 @@ def api_as():
 
 @pytest.fixture
 def celery_published():
-    """Tasks really published to this test run's Celery queue on Redis, oldest first.
+    """Tasks really published to this test run's Celery queues on Redis: the default
+    queue, then the scheduler's, then the SSH one (config/celery_app.py routes them),
+    each oldest first.
 
     No stand-in broker: `.delay()` goes through kombu to Redis, and this reads the
-    messages back from the queue's list (then empties it, so nothing leaks into a later
-    test or a worker).
+    messages back from the queues' lists (then empties them, so nothing leaks into a
+    later test or a worker).
     """
     import base64
     import json
 
     import redis
 
+    from config.celery_app import SCHEDULER_QUEUE, SSH_QUEUE, queue_name
+
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    client.delete(queue)
+    queues = [settings.CELERY_TASK_DEFAULT_QUEUE] + [
+        queue_name(kind) for kind in (SCHEDULER_QUEUE, SSH_QUEUE)
+    ]
+    client.delete(*queues)
 
     def published() -> list[tuple[str, dict]]:
         messages = []
-        for raw in reversed(client.lrange(queue, 0, -1)):  # LPUSH puts the newest first
-            envelope = json.loads(raw)
-            _args, kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
-            messages.append((envelope["headers"]["task"], kwargs))
+        for queue in queues:
+            for raw in reversed(client.lrange(queue, 0, -1)):  # LPUSH puts the newest first
+                envelope = json.loads(raw)
+                _args, kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+                messages.append((envelope["headers"]["task"], kwargs))
         return messages
 
     yield published
-    client.delete(queue)
+    client.delete(*queues)

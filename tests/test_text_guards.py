@@ -57,3 +57,25 @@ def test_a_form_field_with_a_nul_is_a_400_and_creates_nothing(owner):
     assert response.status_code == 400
     assert "name" in response.json()
     assert not ApiToken.objects.exists()
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+@pytest.mark.django_db
+def test_json_nested_too_deeply_is_a_400_not_a_500(owner, small_cluster, api_as, depth):
+    # 100,000 levels made json.load raise RecursionError; 65 is past the cap.
+    nested = "[" * depth + "]" * depth
+    body = '{"image": "busybox", "command": ["a"], "env": ' + nested + "}"
+    response = api_as(owner).post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"detail": "JSON nested too deeply.", "code": "parse_error"}
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_json_as_deep_as_the_cap_is_parsed(owner, small_cluster, api_as):
+    # 64 levels: the body object, then 63 lists. Refused by job_submit, not by the parser.
+    nested = "[" * 63 + "]" * 63
+    body = '{"image": "busybox", "command": ["a"], "env": ' + nested + "}"
+    response = api_as(owner).post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert "env" in response.json()

@@ -1,8 +1,8 @@
-from django.urls import path
+from config.api_urls import api_path
 
 from .views import AgentHeartbeatApi, JobLogsApi
 
 urlpatterns = [
-    path("heartbeat/", AgentHeartbeatApi.as_view(), name="agent-heartbeat"),
-    path("jobs/<int:job_id>/logs/", JobLogsApi.as_view(), name="job-logs"),
+    *api_path("heartbeat/", AgentHeartbeatApi, name="agent-heartbeat"),
+    *api_path("jobs/<int:job_id>/logs/", JobLogsApi, name="job-logs"),
 ]

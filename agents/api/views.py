@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
+from config.api_errors import FIELD_ERRORS
 from config.errors import NotFound, ValidationFailed
+from config.throttling import FailOpenThrottle
 from jobs.selectors import job_get_for_user
 
 from ..heartbeats import (
@@ -48,7 +49,7 @@ class IsNodeAgent(permissions.BasePermission):
         return request.auth is not None
 
 
-class PerNodeThrottle(SimpleRateThrottle):
+class PerNodeThrottle(FailOpenThrottle):
     """A misbehaving agent (or a leaked token) cannot flood the database: limit per node."""
 
     scope = "agent_heartbeat"
@@ -80,7 +81,15 @@ class JobLogsApi(APIView):
     runs, too). Students see their own jobs' logs; admins any. When the node cannot be
     read: 503 with what a student may know; admins also get the technical `cause`."""
 
-    @extend_schema(summary="Job logs (tail)", responses={200: dict, 404: dict, 503: dict})
+    @extend_schema(
+        summary="Job logs (tail)",
+        parameters=[
+            OpenApiParameter(
+                "stream", str, enum=list(LOG_STREAMS), default="stdout", description="Which log."
+            )
+        ],
+        responses={200: dict, 400: FIELD_ERRORS, 404: dict, 503: dict},
+    )
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         stream = request.query_params.get("stream", "stdout")

@@ -107,6 +107,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "config.api_middleware.ApiJsonErrors",  # JSON errors under /api/, also for 404 and 500
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "config.text_guards.RejectUnstorableParameters",
@@ -212,11 +213,24 @@ CELERY_TASK_ACKS_LATE = False  # per task: only idempotent tasks opt in (schedul
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Rounds, SSH work and the rest go to separate queues (config/celery_app.py), each with
+# its own worker, so a round never waits behind a long launch or stop.
+CELERY_TASK_ROUTES = ("config.celery_app.task_route",)
 
 # gpulab's own settings. Scheduler knobs an admin tunes live are in the database
 # (scheduler.models.SchedulerConfig); these are deployment facts.
 # Fair-share usage decays with this half-life (algorithms.md §2: 7 days).
 GPULAB_USAGE_HALF_LIFE_HOURS = env_int("GPULAB_USAGE_HALF_LIFE_HOURS", 168, minimum=1)
+# Password logins (site and Django admin): this many failures within the lockout window
+# lock the username or client address out for the window (accounts/lockout.py).
+GPULAB_LOGIN_MAX_FAILURES = env_int("GPULAB_LOGIN_MAX_FAILURES", 10, minimum=1)
+GPULAB_LOGIN_LOCKOUT_SECONDS = env_int("GPULAB_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# Reverse proxies in front of gunicorn whose X-Forwarded-For is trusted for the client's
+# address (0: REMOTE_ADDR). Behind one proxy and left at 0, every client shares the proxy's
+# address, and one client's failed logins lock everybody out.
+GPULAB_TRUSTED_PROXY_COUNT = env_int("GPULAB_TRUSTED_PROXY_COUNT", 0, minimum=0)
+# Scheduling-round records older than this are deleted daily (scheduler.rounds_prune).
+GPULAB_ROUND_HISTORY_DAYS = env_int("GPULAB_ROUND_HISTORY_DAYS", 30, minimum=1)
 # How scheduling rounds run: "celery" (worker + beat), "embedded" (a thread in the web
 # process, for the demo), or "off" (nothing is requested; tests drive rounds directly).
 GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="celery")

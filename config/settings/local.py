@@ -18,8 +18,20 @@ WHITENOISE_AUTOREFRESH = True
 
 # The demo runs scheduling rounds and simulated agents in a thread of the web process.
 GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="embedded")
-# SQLite: the web threads and the embedded loop write concurrently; wait for the lock.
-DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web threads and the embedded loop write concurrently. SQLite's default DEFERRED
+    # transactions begin as readers; one that has read and then writes while another
+    # connection writes (or has written since) fails at once with "database is locked":
+    # waiting there could deadlock, so the busy timeout never applies. IMMEDIATE takes
+    # the write lock at BEGIN, where a transaction does wait its turn (up to `timeout`
+    # seconds); WAL lets reads go on meanwhile. Django 5.1+ reads both options.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL;",
+        }
+    )
 
 # SQLite cannot enforce UsageHour's unique constraint with NULL groups (PostgreSQL does);
 # the aggregation writes each key once from a dict, so the demo loses nothing without it.

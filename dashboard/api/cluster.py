@@ -9,6 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cluster.choices import NodeState, Runtime
+from config.api_errors import FIELD_ERRORS
+from config.api_params import query_params_check
 
 from ..selectors.cluster import cluster_overview
 
@@ -84,7 +86,8 @@ class ClusterApi(APIView):
             "holding it and its newest reading. Admins see every holding job and owner; "
             "students see the job id only on devices their own jobs hold."
         ),
-        responses=ClusterOutput,
+        responses={200: ClusterOutput, 400: FIELD_ERRORS},
     )
     def get(self, request: Request) -> Response:
+        query_params_check(request, allowed=[])
         return Response(ClusterOutput(cluster_overview(viewer=request.user)).data)

@@ -10,6 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api_errors import FIELD_ERRORS
+from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
 from ..selectors.fairness import DEFAULT_WINDOW, WINDOWS, fairness_report, window_parse
@@ -76,9 +78,10 @@ class FairnessApi(APIView):
             "appear in the order as a rank only)."
         ),
         parameters=[OpenApiParameter("window", str, enum=list(WINDOWS), default=DEFAULT_WINDOW)],
-        responses=FairnessOutput,
+        responses={200: FairnessOutput, 400: FIELD_ERRORS},
     )
     def get(self, request: Request) -> Response:
+        query_params_check(request, allowed=["window"])
         raw = request.query_params.get("window")
         window = DEFAULT_WINDOW if raw in (None, "") else window_parse(raw)
         if window is None:

@@ -11,7 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import ValidationFailed
+from config.api_errors import FIELD_ERRORS
+from config.api_params import page_get, page_number_parse, query_params_check
 
 from ..selectors import queue as queue_selectors
 
@@ -60,21 +61,13 @@ class QueueApi(APIView):
             "entries without owner, name or id."
         ),
         parameters=[OpenApiParameter("page", int, description="Page of the pending list.")],
-        responses=QueueOutput,
+        responses={200: QueueOutput, 400: FIELD_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        raw_page = request.query_params.get("page", "1")
-        # ASCII digits only, and few: "²".isdigit() is true, and int() refuses > 4300 digits.
-        if not (raw_page.isascii() and raw_page.isdigit() and len(raw_page) <= 9):
-            raise ValidationFailed({"page": ["A page number, 1 or more."]})
-        number = int(raw_page)
-        if number < 1:
-            raise ValidationFailed({"page": ["A page number, 1 or more."]})
+        query_params_check(request, allowed=["page"])
+        number = page_number_parse(request.query_params.get("page"))
         order = queue_selectors.pending_order()
-        paginator = Paginator(order, PAGE_SIZE)
-        if order and number > paginator.num_pages:
-            raise ValidationFailed({"page": [f"There are {paginator.num_pages} pages."]})
-        page = paginator.page(min(number, paginator.num_pages))
+        page = page_get(Paginator(order, PAGE_SIZE), number)
         view = queue_selectors.queue_view(
             viewer=request.user, order=order, page_rows=page.object_list
         )
@@ -82,7 +75,7 @@ class QueueApi(APIView):
             "pending_total": view.pending_total,
             "pending_gpus": view.pending_gpus,
             "page": page.number,
-            "num_pages": paginator.num_pages,
+            "num_pages": page.paginator.num_pages,
             "pending": [dataclasses.asdict(entry) for entry in view.pending],
             "running": [dataclasses.asdict(entry) for entry in view.running],
             "mine": [dataclasses.asdict(entry) for entry in view.mine],

@@ -1,11 +1,11 @@
-from django.urls import path
+from config.api_urls import api_path
 
 from . import cluster, fairness, queue, usage, utilization
 
 urlpatterns = [
-    path("queue/", queue.QueueApi.as_view(), name="queue"),
-    path("cluster/", cluster.ClusterApi.as_view(), name="cluster"),
-    path("utilization/", utilization.UtilizationApi.as_view(), name="utilization"),
-    path("fairness/", fairness.FairnessApi.as_view(), name="fairness"),
-    path("usage/", usage.UsageApi.as_view(), name="usage"),
+    *api_path("queue/", queue.QueueApi, name="queue"),
+    *api_path("cluster/", cluster.ClusterApi, name="cluster"),
+    *api_path("utilization/", utilization.UtilizationApi, name="utilization"),
+    *api_path("fairness/", fairness.FairnessApi, name="fairness"),
+    *api_path("usage/", usage.UsageApi, name="usage"),
 ]

@@ -9,6 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api_errors import FIELD_ERRORS, error_response
+from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
 from ..forms import UsageRangeForm
@@ -43,11 +45,16 @@ class UsageApi(APIView):
             OpenApiParameter("start", str, description="YYYY-MM-DD; default: 29 days before end."),
             OpenApiParameter("end", str, description="YYYY-MM-DD; default: today."),
         ],
-        responses=UsageReportOutput,
+        responses={
+            200: UsageReportOutput,
+            400: FIELD_ERRORS,
+            403: error_response("Lab admins only."),
+        },
     )
     def get(self, request: Request) -> Response:
         if not request.user.is_lab_admin:
             raise PermissionDenied("The usage report is for lab admins.")
+        query_params_check(request, allowed=["start", "end"])
         form = UsageRangeForm(request.query_params)
         if not form.is_valid():
             raise ValidationFailed(

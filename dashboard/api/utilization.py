@@ -9,6 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api_errors import FIELD_ERRORS
+from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
 from ..selectors.utilization import (
@@ -105,9 +107,10 @@ class UtilizationApi(APIView):
                 "window", str, enum=list(WINDOWS), default=DEFAULT_WINDOW.key, required=False
             )
         ],
-        responses=UtilizationOutput,
+        responses={200: UtilizationOutput, 400: FIELD_ERRORS},
     )
     def get(self, request: Request) -> Response:
+        query_params_check(request, allowed=["window"])
         key = request.query_params.get("window", DEFAULT_WINDOW.key)
         window = window_get(key)
         if window is None:

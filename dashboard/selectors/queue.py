@@ -17,7 +17,7 @@ from django.utils import timezone
 from accounts.models import User
 from jobs.choices import HOLDING_STATES, JobState
 from jobs.models import Job
-from jobs.selectors import texts_for_viewer
+from jobs.selectors import jobs_live_service, texts_for_viewer
 
 from ..models import QueueSample
 
@@ -29,7 +29,7 @@ REASON_WORDS = {
     "Behind": "Waiting behind higher-priority jobs",
     "NodeDrained": "The nodes it needs are drained",
     "Reserved": "Free GPUs are kept for a job that has waited long",
-    "Fairness": "Users with a smaller share of the cluster go first",
+    "OwnerDisabled": "The owner's account is disabled",
     "WaitingForFasterType": "Waiting for a faster GPU type",
 }
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.
@@ -80,7 +80,13 @@ def reason_in_words(reason: str) -> str:
 
 
 def _entry(
-    row: dict, *, viewer: User, now: datetime, jobs_ahead: int, gpus_ahead: int
+    row: dict,
+    *,
+    viewer: User,
+    now: datetime,
+    jobs_ahead: int,
+    gpus_ahead: int,
+    live: float = 0.0,
 ) -> QueueEntry:
     mine = row["owner_id"] == viewer.pk
     visible = mine or viewer.is_lab_admin
@@ -97,7 +103,7 @@ def _entry(
         accepted_types=row["accepted_types"] or [],
         queue_level=row["queue_level"],
         queue_position=row["queue_position"],
-        attained_gpu_hours=round(row["attained_service"] / 3600.0, 2),
+        attained_gpu_hours=round((row["attained_service"] + live) / 3600.0, 2),
         waiting_seconds=max(0.0, (now - since).total_seconds()) if since else 0.0,
         reason=row["reason"] if row["state"] == JobState.PENDING else "",
         reason_words=reason_in_words(row["reason"]) if row["state"] == JobState.PENDING else "",
@@ -186,17 +192,26 @@ def queue_view(
             rows[job_id], viewer=viewer, now=now, jobs_ahead=jobs_ahead, gpus_ahead=gpus_ahead
         )
 
-    running_rows = (
+    running_rows = list(
         Job.objects.filter(state__in=HOLDING_STATES)
         .order_by("queue_level", "started_at", "id")
         .values(*_ROW_FIELDS)
     )
+    live = jobs_live_service(job_ids=[row["id"] for row in running_rows], now=now)
     return QueueView(
         pending=[pending_entry(job_id) for job_id in page_ids if job_id in rows],
         pending_total=len(order),
         pending_gpus=gpus_before,
         running=[
-            _entry(row, viewer=viewer, now=now, jobs_ahead=0, gpus_ahead=0) for row in running_rows
+            _entry(
+                row,
+                viewer=viewer,
+                now=now,
+                jobs_ahead=0,
+                gpus_ahead=0,
+                live=live.get(row["id"], 0.0),
+            )
+            for row in running_rows
         ],
         mine=[pending_entry(job_id) for job_id in my_ids if job_id in rows],
     )

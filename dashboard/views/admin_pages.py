@@ -15,6 +15,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
+from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse
@@ -29,6 +30,7 @@ from accounts.services import (
 )
 from cluster.models import DeviceType
 from config.errors import ValidationFailed
+from scheduler.models import SchedulerConfig
 from scheduler.selectors import scheduler_config_get
 from scheduler.settings_services import EDITABLE_FIELDS, scheduler_config_update
 
@@ -192,39 +194,59 @@ def _current_text(value: Any) -> str:
     return str(value)
 
 
+def _scheduler_config_locked() -> SchedulerConfig:
+    """The settings row, locked until the transaction ends (created first if missing)."""
+    scheduler_config_get()  # select_for_update cannot lock a row that is not there yet
+    return SchedulerConfig.objects.select_for_update().get(pk=1)
+
+
 @login_required
 def scheduler_settings_page(request: HttpRequest) -> HttpResponse:
     _require_admin(request)
-    config = scheduler_config_get()
-    # Read before binding: a bound ModelForm writes the submitted values onto `config`.
-    current = {field: _current_text(getattr(config, field)) for field in EDITABLE_FIELDS}
-    updated_at = config.updated_at
-    form = SchedulerSettingsForm(
-        request.POST if request.method == "POST" else None, instance=config
-    )
     status = 200
-    if request.method == "POST":
-        if form.is_valid():
-            try:
-                entries = scheduler_config_update(actor=request.user, changes=form.changes())
-            except ValidationFailed as exc:
-                _errors_to_form(form, exc)
-            else:
-                if entries:
-                    changed = ", ".join(entry.field for entry in entries)
-                    messages.success(
-                        request, f"Saved {changed}. The next scheduling round uses them."
-                    )
+    if request.method != "POST":
+        config = scheduler_config_get()
+        form = SchedulerSettingsForm(instance=config)
+    else:
+        # The row stays locked from the form's conflict check (against the row as read
+        # here) to the save, so another admin's save lands wholly before (and is seen as
+        # a conflict) or after this one.
+        with transaction.atomic():
+            config = _scheduler_config_locked()
+            form = SchedulerSettingsForm(request.POST, instance=config)
+            # Read before validating: a bound ModelForm writes the posted values onto `config`.
+            stored = {field: getattr(config, field) for field in EDITABLE_FIELDS}
+            if form.is_valid():
+                try:
+                    entries = scheduler_config_update(actor=request.user, changes=form.changes())
+                except ValidationFailed as exc:
+                    _errors_to_form(form, exc)
                 else:
-                    messages.info(request, "Nothing changed.")
-                return redirect("dashboard:scheduler-settings")
+                    if entries:
+                        changed = ", ".join(entry.field for entry in entries)
+                        messages.success(
+                            request, f"Saved {changed}. The next scheduling round uses them."
+                        )
+                    else:
+                        messages.info(request, "Nothing changed.")
+                    return redirect("dashboard:scheduler-settings")
         status = 400
+        # The page describes the row as stored, not the rejected values the form holds.
+        for field, value in stored.items():
+            setattr(config, field, value)
+    current = {field: _current_text(getattr(config, field)) for field in EDITABLE_FIELDS}
     fields = [(form[name], current[name]) for name in EDITABLE_FIELDS]
     history = AuditEntry.objects.filter(target_kind=AuditEntry.TargetKind.SCHEDULER)[:HISTORY_SIZE]
     return render(
         request,
         "dashboard/scheduler_settings.html",
-        {"form": form, "fields": fields, "updated_at": updated_at, "history": history},
+        {
+            "form": form,
+            "fields": fields,
+            "updated_at": config.updated_at,
+            "warnings": config.clean_warnings(),
+            "history": history,
+        },
         status=status,
     )
 

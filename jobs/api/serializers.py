@@ -5,24 +5,73 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.selectors import job_measured_rates
+from jobs.selectors import jobs_live_service
 
+from .. import validation
 from ..choices import Consolidation
 from ..models import Job, JobEvent
+
+
+class StrictCharField(serializers.CharField):
+    """A string, and only a string: DRF's CharField stores `5` as "5" and `true` as "True"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+# The fields below are passed through as JSON rather than converted here, so that `1.5`
+# GPUs or `"2"` are refused by `job_submit` with the field named (a DRF IntegerField would
+# quietly take "2"), and the form, the API and the CLI share one set of rules. Each is
+# documented with the type `job_submit` accepts.
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+@extend_schema_field({**_STRINGS, "minItems": 1, "maxItems": validation.MAX_ARGS})
+class CommandField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "integer", "minimum": 1})
+class GpuCountField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class EnvField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(_STRINGS)
+class TypeNamesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "integer", "minimum": 60, "maximum": validation.MAX_WALLTIME_SECONDS})
+class WalltimeField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": validation.MAX_RETRIES})
+class RetriesField(serializers.JSONField):
+    pass
 
 
 class JobSubmitInput(serializers.Serializer):
     """What a client sends to submit a job. Unknown fields are refused, not ignored:
     a typo such as `gpus` must not silently become the default of 1 GPU."""
 
-    image = serializers.CharField(trim_whitespace=False, help_text="Container image reference.")
-    command = serializers.JSONField(help_text='argv list of strings, e.g. ["python", "train.py"].')
-    num_gpus = serializers.JSONField(required=False, default=1, help_text="GPUs, 1 or more.")
-    name = serializers.CharField(required=False, allow_blank=True, default="")
-    env = serializers.JSONField(required=False, default=dict, help_text="{NAME: value} strings.")
-    accepted_types = serializers.JSONField(
+    image = StrictCharField(trim_whitespace=False, help_text="Container image reference.")
+    command = CommandField(help_text='argv list of strings, e.g. ["python", "train.py"].')
+    num_gpus = GpuCountField(required=False, default=1, help_text="GPUs, 1 or more.")
+    name = StrictCharField(required=False, allow_blank=True, default="")
+    env = EnvField(required=False, default=dict, help_text="{NAME: value} strings.")
+    accepted_types = TypeNamesField(
         required=False,
         default=list,
         help_text=(
@@ -33,9 +82,21 @@ class JobSubmitInput(serializers.Serializer):
     consolidation = serializers.ChoiceField(
         choices=Consolidation.choices, required=False, default=Consolidation.PREFERRED
     )
-    walltime_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
-    max_retries = serializers.JSONField(required=False, default=0)
-    group = serializers.CharField(required=False, allow_null=True, default=None)
+    walltime_seconds = WalltimeField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Fail the job once it has held GPUs this long, all attempts together.",
+    )
+    max_retries = RetriesField(
+        required=False, default=0, help_text="Retries after a non-zero exit, 0 to 10."
+    )
+    group = StrictCharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="One of your groups; default: your default group.",
+    )
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
@@ -46,7 +107,12 @@ class JobSubmitInput(serializers.Serializer):
 
 
 class JobEventOutput(serializers.ModelSerializer):
-    actor_user = serializers.CharField(source="actor_user.username", default=None)
+    actor_user = serializers.CharField(
+        source="actor_user.username",
+        default=None,
+        allow_null=True,
+        help_text="Who did it; null for the scheduler, an agent or the system.",
+    )
 
     class Meta:
         model = JobEvent
@@ -55,8 +121,10 @@ class JobEventOutput(serializers.ModelSerializer):
 
 class JobOutput(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
-    group = serializers.CharField(source="group.name", default=None)
-    attained_gpu_hours = serializers.SerializerMethodField()
+    group = serializers.CharField(source="group.name", default=None, allow_null=True)
+    attained_gpu_hours = serializers.SerializerMethodField(
+        help_text="Normalized by device speed; while it holds GPUs, up to now."
+    )
 
     class Meta:
         model = Job
@@ -89,7 +157,12 @@ class JobOutput(serializers.ModelSerializer):
         ]
 
     def get_attained_gpu_hours(self, job: Job) -> float:
-        return round(job.attained_service / 3600.0, 3)
+        # The stored service is folded in at transitions; a running job's current run is
+        # not in it yet. Views pass it for a whole page in `live_service`.
+        live = self.context.get("live_service")
+        if live is None:
+            live = jobs_live_service(job_ids=[job.pk], now=timezone.now())
+        return round((job.attained_service + live.get(job.pk, 0.0)) / 3600.0, 3)
 
 
 class JobDetailOutput(JobOutput):

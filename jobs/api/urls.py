@@ -1,9 +1,9 @@
-from django.urls import path
+from config.api_urls import api_path
 
 from .views import JobCancelApi, JobDetailApi, JobListCreateApi
 
 urlpatterns = [
-    path("jobs/", JobListCreateApi.as_view(), name="job-list"),
-    path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
-    path("jobs/<int:job_id>/cancel/", JobCancelApi.as_view(), name="job-cancel"),
+    *api_path("jobs/", JobListCreateApi, name="job-list"),
+    *api_path("jobs/<int:job_id>/", JobDetailApi, name="job-detail"),
+    *api_path("jobs/<int:job_id>/cancel/", JobCancelApi, name="job-cancel"),
 ]

@@ -2,80 +2,146 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from accounts.models import User
+from config.api_errors import FIELD_ERRORS, error_response
+from config.api_params import page_get, page_number_parse, query_list, query_params_check
 from config.errors import ValidationFailed
+from config.throttling import FailOpenScopedRateThrottle
+from jobs.selectors import jobs_live_service
 
 from .. import selectors, services
 from ..choices import JobState
+from ..models import Job
 from .serializers import JobDetailOutput, JobOutput, JobSubmitInput
+
+LIST_PARAMETERS = ("state", "owner", "group", "page")
+
+
+class JobPagination(PageNumberPagination):
+    """DRF's page-number envelope (`count`, `next`, `previous`, `results`), with a bad
+    `page` a 400 naming it, as on /api/v1/queue/, not DRF's 404 "Invalid page."."""
+
+    def paginate_queryset(self, queryset, request, view=None):  # type: ignore[no-untyped-def]
+        number = page_number_parse(request.query_params.get(self.page_query_param))
+        self.page = page_get(self.django_paginator_class(queryset, self.page_size), number)
+        self.request = request
+        return list(self.page)
 
 
 class JobListCreateApi(APIView):
     throttle_scope = "job_submit"
+    pagination_class = JobPagination  # also what the schema's list envelope is built from
 
     def get_throttles(self):  # type: ignore[no-untyped-def]
         # Only submissions are rate-limited; reading the queue is cheap and frequent.
-        return [ScopedRateThrottle()] if self.request.method == "POST" else []
+        return [FailOpenScopedRateThrottle()] if self.request.method == "POST" else []
 
     @extend_schema(
         summary="List jobs",
-        description="Students see their own jobs; admins see everyone's.",
+        description=(
+            "Students see their own jobs; admins see everyone's. Newest first, 50 a page. "
+            "An unknown query parameter is a 400 naming it."
+        ),
         parameters=[
-            OpenApiParameter("state", str, enum=JobState.values),
+            OpenApiParameter(
+                "state",
+                {"type": "array", "items": {"type": "string", "enum": JobState.values}},
+                description="Only jobs in these states: repeated (state=PENDING&state=RUNNING) "
+                "or comma-separated (state=PENDING,RUNNING).",
+                style="form",
+                explode=True,
+            ),
             OpenApiParameter("owner", str, description="Owner's user name."),
             OpenApiParameter("group", str, description="Lab group name."),
-            OpenApiParameter("page", int),
         ],
-        responses=JobOutput(many=True),
+        responses={200: JobOutput(many=True), 400: FIELD_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        state = request.query_params.get("state")
-        if state and state not in JobState.values:
-            raise ValidationFailed({"state": [f"Choose one of: {', '.join(JobState.values)}."]})
+        query_params_check(request, allowed=LIST_PARAMETERS)
+        states = query_list(request, "state")
+        unknown = [state for state in states if state not in JobState.values]
+        if unknown:
+            choices = ", ".join(JobState.values)
+            raise ValidationFailed(
+                {
+                    "state": [
+                        f"Unknown state {state!r}; choose from: {choices}." for state in unknown
+                    ]
+                }
+            )
         jobs = selectors.job_list(
             user=request.user,
-            state=state,
             owner=request.query_params.get("owner"),
             group=request.query_params.get("group"),
         )
-        paginator = PageNumberPagination()
+        if states:  # `job_list` filters by one state; several are narrowed here
+            jobs = jobs.filter(state__in=states)
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)
-        data = JobOutput(page, many=True).data
-        return paginator.get_paginated_response(for_viewer(data, user=request.user))
+        data = jobs_data(page, user=request.user, many=True)
+        return paginator.get_paginated_response(data)
 
-    @extend_schema(summary="Submit a job", request=JobSubmitInput, responses={201: JobDetailOutput})
+    @extend_schema(
+        summary="Submit a job",
+        request=JobSubmitInput,
+        responses={
+            201: JobDetailOutput,
+            400: FIELD_ERRORS,
+            429: error_response("Too many submissions a minute (`throttled`)."),
+        },
+    )
     def post(self, request: Request) -> Response:
         serializer = JobSubmitInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         job = services.job_submit(
             owner=request.user, spec=services.JobSpec(**serializer.validated_data)
         )
-        data = for_viewer([JobDetailOutput(job).data], user=request.user)[0]
-        return Response(data, status=status.HTTP_201_CREATED)
+        return Response(jobs_data([job], user=request.user)[0], status=status.HTTP_201_CREATED)
 
 
 class JobDetailApi(APIView):
-    @extend_schema(summary="One job with its event history", responses=JobDetailOutput)
+    @extend_schema(
+        summary="One job with its event history",
+        responses={200: JobDetailOutput, 404: error_response("No such job of yours.")},
+    )
     def get(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-        return Response(for_viewer([JobDetailOutput(job).data], user=request.user)[0])
+        return Response(jobs_data([job], user=request.user)[0])
 
 
 class JobCancelApi(APIView):
-    @extend_schema(summary="Cancel a job", request=None, responses=JobDetailOutput)
+    @extend_schema(
+        summary="Cancel a job",
+        request=None,
+        responses={
+            200: JobDetailOutput,
+            404: error_response("No such job of yours."),
+            409: error_response("The job already ended (`illegal_transition`)."),
+        },
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = services.job_cancel(job_id=job_id, by=request.user)
-        return Response(for_viewer([JobDetailOutput(job).data], user=request.user)[0])
+        return Response(jobs_data([job], user=request.user)[0])
+
+
+def jobs_data(jobs: Sequence[Job], *, user: User, many: bool = False) -> list[dict[str, Any]]:
+    """Jobs serialized for `user`: the list shape (`many`) or the detail shape, with the
+    current run's service in attained_gpu_hours and other jobs' ids hidden (`for_viewer`)."""
+    live = jobs_live_service(job_ids=[job.pk for job in jobs], now=timezone.now())
+    serializer = JobOutput if many else JobDetailOutput
+    data = serializer(jobs, many=True, context={"live_service": live}).data
+    return for_viewer(list(data), user=user)
 
 
 def for_viewer(jobs: list[dict[str, Any]], *, user: User) -> list[dict[str, Any]]:

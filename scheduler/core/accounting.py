@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
+from typing import TypeVar
 
 from scheduler.core.types import Device, Job, JobPhase, QueueChange
+
+Moment = TypeVar("Moment", float, datetime)  # epoch seconds (policies) or a datetime (rows)
 
 
 def speed_sum(job: Job, device_by_id: Mapping[int, Device]) -> float:
@@ -30,6 +34,17 @@ def speed_sum(job: Job, device_by_id: Mapping[int, Device]) -> float:
         device_by_id[device_id].speed if device_id in device_by_id else 1.0
         for device_id in job.devices
     )
+
+
+def live_service(
+    device_ids: Iterable[int], since: float | None, now_s: float, speed_of: Mapping[int, float]
+) -> float:
+    """Normalized GPU-seconds of a run on `device_ids` since `since` (epoch seconds), not
+    yet folded into its job's row; a device without a known speed counts at 1.0."""
+    if since is None:
+        return 0.0
+    seconds = max(now_s - since, 0.0)
+    return seconds * sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
 
 
 def advance_running(job: Job, dt: float, speed_sum: float) -> Job:
@@ -81,6 +96,38 @@ def decay_usage(usage: float, dt: float, half_life: float) -> float:
     if half_life <= 0 or math.isinf(half_life):
         return usage
     return usage * 0.5 ** (dt / half_life)
+
+
+def decayed_service(rate: float, seconds: float, half_life: float) -> float:
+    """Usage, as of the end of a run, of `seconds` at `rate` normalized GPU-seconds per second.
+
+    Each GPU-second decays from the moment it was used (algorithms.md §2), so the run
+    counts ∫₀ᵗ rate × 2^(−(t−τ)/H) dτ = rate × H/ln 2 × (1 − 2^(−t/H)) for t = `seconds` and
+    H = `half_life`, not rate × t: a 14-day run at the 7-day half-life counts about 54 % of
+    its service. The result is referenced to the end of the run, like an account's stored
+    usage to its `usage_updated_at`. A half-life <= 0 or infinite means no decay.
+    """
+    if seconds < 0:
+        raise ValueError(f"seconds must be >= 0, got {seconds}")
+    if half_life <= 0 or math.isinf(half_life):
+        return rate * seconds
+    decay_rate = math.log(2.0) / half_life
+    # -expm1(-x) = 1 - e^(-x), exact also for runs far shorter than the half-life.
+    return rate * -math.expm1(-decay_rate * seconds) / decay_rate
+
+
+def eligible_since(pending_since: Moment | None, retry_not_before: Moment | None) -> Moment | None:
+    """When a pending job's current pending spell began, as far as waiting counts.
+
+    A failed job retried after a backoff is PENDING from its failure (`pending_since`)
+    but cannot start before `retry_not_before`; the backoff is the job's own penalty, not
+    time the scheduler kept it waiting, so its spell (preemption patience, the starvation
+    guard, the starvation knob's δ) starts when the backoff ends. The live loop's snapshot
+    and its accounting fold (jobs.services) both measure waiting from here.
+    """
+    if pending_since is None or retry_not_before is None:
+        return pending_since
+    return max(pending_since, retry_not_before)
 
 
 def queue_level_for(service_since_promotion: float, thresholds: Sequence[float]) -> int:

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from scheduler.core.types import Consolidation, Decisions, Job, JobPhase, Quota, Snapshot
+from scheduler.core.types import (
+    Consolidation,
+    Decisions,
+    Job,
+    JobPhase,
+    Quota,
+    Snapshot,
+    StoppingJob,
+)
 
 
 class InvariantViolation(AssertionError):
@@ -129,7 +137,7 @@ def _check_start(
         _fail(f"job {job.id} requires one node but spans {sorted(nodes_used)}")
 
 
-def _accounts(job: Job) -> tuple[tuple[str, str], ...]:
+def _accounts(job: Job | StoppingJob) -> tuple[tuple[str, str], ...]:
     return (
         (("user", job.user),) if job.group is None else (("user", job.user), ("group", job.group))
     )
@@ -179,6 +187,17 @@ def _check_quotas(snapshot: Snapshot, decisions: Decisions, preempted: set[int])
                     gpus_by_type[account][device.device_type] += 1
                     if job.id in started:
                         grown_types.add((account, device.device_type))
+    # A job checkpointing after a preemption still holds its devices, and they count.
+    for stopping in snapshot.stopping_jobs:
+        for account in _accounts(stopping):
+            if account not in growing:
+                continue
+            gpus[account] += len(stopping.devices)
+            running_jobs[account] += 1
+            for device_id in stopping.devices:
+                device = snapshot.device_by_id.get(device_id)
+                if device is not None:
+                    gpus_by_type[account][device.device_type] += 1
     for kind, name in sorted(growing):
         registry = snapshot.user_by_name if kind == "user" else snapshot.group_by_name
         account = registry.get(name)

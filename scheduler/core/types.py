@@ -33,7 +33,8 @@ class JobPhase(StrEnum):
 
     The live system has more (STARTING, PREEMPTING, ...); the adapter maps STARTING to
     RUNNING (it holds devices) and leaves PREEMPTING jobs out of the job list while still
-    marking their devices busy through `Snapshot.busy_device_ids`.
+    marking their devices busy through `Snapshot.busy_device_ids` and listing what they
+    hold in `Snapshot.stopping_jobs` (quotas count it).
     """
 
     PENDING = "pending"
@@ -121,6 +122,23 @@ class Job:
         return self.phase is JobPhase.RUNNING
 
 
+@dataclass(frozen=True, slots=True)
+class StoppingJob:
+    """A job that still holds devices while it stops, and that the policy may not touch.
+
+    In the live loop: a PREEMPTING job checkpointing during its grace period. Its devices
+    are in `Snapshot.busy_device_ids`; until it lets go of them they still count against
+    its user's and group's quotas (GPUs, GPUs per type, running jobs), or a user at
+    max_gpus would get a second job started beside the one still holding its GPU.
+    The simulator has none (its preemptions free devices at once).
+    """
+
+    id: int
+    user: str
+    group: str | None
+    devices: tuple[int, ...]
+
+
 # 3600 x 2^i GPU-seconds, i = 0..10: Tiresias' first threshold (1 GPU-hour), then doubling
 # up to 1024 GPU-hours: 12 queues.
 DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = tuple(3600.0 * 2**i for i in range(11))
@@ -200,7 +218,10 @@ class Snapshot:
     settings: SchedulerSettings = field(default_factory=SchedulerSettings)
     # Devices held by work the policy may not touch (e.g. jobs being preempted right now).
     busy_device_ids: frozenset[int] = frozenset()
-    # Normalized GPU-seconds of recently finished jobs, newest last (Gittins distribution).
+    # Jobs among that work that still count against quotas (PREEMPTING jobs), by id.
+    stopping_jobs: tuple[StoppingJob, ...] = ()
+    # Normalized GPU-seconds of recently ended jobs (succeeded, failed or cancelled after
+    # running: the service each got before it left), newest last (Gittins distribution).
     finished_job_sizes: tuple[float, ...] = ()
 
     @cached_property
@@ -234,11 +255,11 @@ class ReasonCode(StrEnum):
     NODE_DRAINED = "NodeDrained"
     # Free devices are kept for a starving job of a higher queue (the starvation guard).
     RESERVED = "Reserved"
-    # AlloX's fairness knob α left the owner out this round although devices are free: it
-    # serves the users with the smallest share of the cluster first (algorithms.md §3).
-    FAIRNESS = "Fairness"
     # AlloX expects the job to finish sooner on a busier, faster type than on a free one.
     WAITING_FOR_FASTER_TYPE = "WaitingForFasterType"
+    # The owner's account is disabled: nothing of theirs starts (running jobs run on). Set
+    # by the live loop's adapter, which leaves such jobs out of the snapshot.
+    OWNER_DISABLED = "OwnerDisabled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from scheduler.core.types import (
+    Consolidation,
     Decisions,
     Device,
     Hold,
@@ -233,6 +234,10 @@ def user_scores(snapshot: Snapshot) -> dict[str, float]:
                 ratios[key] = ratio
             share *= ratio
         shares.setdefault(job.user, []).append(share)
+    # A job checkpointing after a preemption still holds its devices (where it runs no
+    # longer matters: it counts at full share until it lets go).
+    for stopping in snapshot.stopping_jobs:
+        shares.setdefault(stopping.user, []).append(len(stopping.devices) / total)
     # fsum: the exact sum, whatever order the snapshot lists jobs in. A running float sum
     # rounds differently per order and turned a tie between users into an order (α then
     # admitted a different user when the snapshot listed the same jobs differently).
@@ -352,70 +357,80 @@ def place_explained(
     several = len({job.user for job in fitting}) > 1
     scores = user_scores(snapshot) if several and settings.allox_alpha < 1 else {}
     admitted_sets = _admitted_users(fitting, scores, settings.allox_alpha)
-    users = len(admitted_sets[-1]) if admitted_sets else 0
+    placements: dict[int, tuple[int, ...]] = {}
+    # Jobs the matching chose to keep waiting (a later position, or behind a busy device):
+    # AlloX's own decision, respected for the rest of the round; value = the type it chose.
+    waiting_for: dict[int, str] = {}
+    # Work-conserving: α orders users and the window bounds one matching, but neither may
+    # leave devices idle that waiting jobs fit (on an empty cluster one window-sized matching
+    # of α's users started 27 of 300 jobs on 1,024 GPUs). So the matching repeats over the
+    # next window, then the next α set, on what is still free, until nothing more starts.
     for admitted in admitted_sets:
-        candidates = [job for job in fitting if job.user in admitted][:window]
-        assignment = _match_types(candidates, classes, estimator, best, variant.remaining_from)
-        placements = _commit(candidates, assignment, classes, pools)
-        if placements:
-            reasons = _explain(
-                fitting,
-                admitted,
-                users,
-                candidates,
-                assignment,
-                classes,
-                pools,
-                placements,
-                settings.allox_alpha,
-            )
-            return placements, reasons
-    return {}, {}
+        while True:
+            candidates: list[Job] = []
+            for job in fitting:
+                if len(candidates) == window:
+                    break
+                if (
+                    job.user in admitted
+                    and job.id not in placements
+                    and job.id not in waiting_for
+                    and _fits_somewhere(job, classes)
+                ):
+                    candidates.append(job)
+            if not candidates:
+                break
+            assignment = _match_types(candidates, classes, estimator, best, variant.remaining_from)
+            started = _commit(candidates, assignment, classes, pools)
+            # Positions count from the end of a device's sequence: a class matched to more
+            # jobs than it has free devices (a position above 1 used) queues the rest
+            # behind them on purpose. A job left out of a class that used only first
+            # positions lacked room only because gangs took more devices than jobs: it is
+            # offered again against what is left.
+            sequenced = {slot[0] for slot in assignment if slot[0] >= 0 and slot[1] > 1}
+            for job, (cls_index, _, _, waits) in zip(candidates, assignment, strict=True):
+                if job.id not in started and (waits or cls_index in sequenced):
+                    waiting_for[job.id] = classes[cls_index].device_type
+            placements.update(started)
+            classes = _left_after(classes, pools)
+            if not started:
+                break
+        if not any(cls.capacity for cls in classes):
+            break
+    return placements, _explain(fitting, waiting_for, classes, placements)
 
 
-def _explain(
-    fitting: Sequence[Job],
-    admitted: frozenset[str],
-    users: int,
-    candidates: Sequence[Job],
-    assignment: Sequence[_Slot],
-    classes: Sequence[_TypeClass],
-    pools: dict[str, dict[str, list[int]]],
-    placements: dict[int, tuple[int, ...]],
-    alpha: float,
-) -> dict[int, Reason]:
-    """Why a job AlloX left out waits although devices it accepts stay free.
-
-    `pools` is what `_commit` left free. A job it could start on them either belongs to a
-    user α did not admit (Fairness), or was matched to a later slot of a faster type
-    (WaitingForFasterType: AlloX expects it to finish sooner there). Jobs that fit nowhere
-    now get no reason: they lacked room, and the caller says so.
-    """
+def _left_after(
+    classes: Sequence[_TypeClass], pools: dict[str, dict[str, list[int]]]
+) -> list[_TypeClass]:
+    """`classes` with capacity and largest pool recomputed from what `pools` still holds."""
     left: list[_TypeClass] = []
     for cls in classes:
         sizes = [len(ids) for ids in pools.get(cls.device_type, {}).values()]
         left.append(replace(cls, capacity=sum(sizes), largest_pool=max(sizes, default=0)))
-    slot_of = {job.id: slot for job, slot in zip(candidates, assignment, strict=True)}
+    return left
+
+
+def _explain(
+    fitting: Sequence[Job],
+    waiting_for: dict[int, str],
+    left: Sequence[_TypeClass],
+    placements: dict[int, tuple[int, ...]],
+) -> dict[int, Reason]:
+    """Why a job AlloX left out waits although devices it accepts stay free.
+
+    `left` is what the matchings left free. A job it could start on them was matched to a
+    later slot of a faster type (WaitingForFasterType: AlloX expects it to finish sooner
+    there). Jobs that fit nowhere now get no reason: they lacked room, and the caller says so.
+    """
     reasons: dict[int, Reason] = {}
     for job in fitting:
-        if job.id in placements:
+        matched = waiting_for.get(job.id)
+        if job.id in placements or matched is None:
             continue
         open_types = [cls.device_type for cls in left if _fits(job, cls)]
-        if not open_types:
-            continue
-        if job.user not in admitted:
-            reasons[job.id] = Reason(
-                ReasonCode.FAIRNESS,
-                f"AlloX serves users with a smaller share of the cluster first "
-                f"(α = {alpha:g} admits {len(admitted)} of {users} users this round)",
-            )
-            continue
-        slot = slot_of.get(job.id)
-        if slot is None or slot[0] < 0:
-            continue  # outside the window: it waits its turn
-        matched = classes[slot[0]].device_type
-        if matched in open_types:
-            continue  # not a preference for another type: gang packing left it out
+        if not open_types or matched in open_types:
+            continue  # no room left, or not a preference for another type
         reasons[job.id] = Reason(
             ReasonCode.WAITING_FOR_FASTER_TYPE,
             f"expected to finish sooner on a {matched} than on a free {open_types[0]}",
@@ -612,17 +627,27 @@ def _commit(
             choice = choose_pools(job.num_gpus, (device_type,), job.consolidation, counts)
             if choice is None:
                 continue
-            taken: list[int] = []
-            for node, count in choice[1]:
-                ids = nodes[node]
-                taken.extend(ids[:count])
-                del ids[:count]
-                counts[device_type][node] -= count
-                if counts[device_type][node] == 0:
-                    del counts[device_type][node]
             left -= job.num_gpus
-            placements[job.id] = tuple(sorted(taken))
+            placements[job.id] = _take(nodes, counts[device_type], choice[1])
     return placements
+
+
+def _take(
+    nodes: dict[str, list[int]],
+    counts: dict[str, int],
+    choice: Sequence[tuple[str, int]],
+) -> tuple[int, ...]:
+    """Take the devices `choice` ((node, count), ...) names from one type's free `nodes`
+    (lowest ids first) and keep that type's `counts` (node -> free) in step."""
+    taken: list[int] = []
+    for node, count in choice:
+        ids = nodes[node]
+        taken.extend(ids[:count])
+        del ids[:count]
+        counts[node] -= count
+        if counts[node] == 0:
+            del counts[node]
+    return tuple(sorted(taken))
 
 
 # --------------------------------------------------------------------------- window step
@@ -646,7 +671,6 @@ _CAPACITY_CODES = frozenset(
     {
         ReasonCode.BEHIND,
         ReasonCode.WAITING_FOR_RESOURCES,
-        ReasonCode.FAIRNESS,
         ReasonCode.WAITING_FOR_FASTER_TYPE,
     }
 )
@@ -867,13 +891,29 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
             narrowed[kind] = None
     if not any(narrowed.values()):
         return Gate(snapshot, prices, type_speeds)
-    jobs = tuple(
-        job
-        if job.is_running or (types := narrowed[(job.throughputs, job.accepted_types)]) is None
-        else replace(job, accepted_types=types)
-        for job in snapshot.jobs
-    )
-    return Gate(replace(snapshot, jobs=jobs), prices, type_speeds)
+    # A type too small for the job (8 GPUs on a lab's four A100s) is no place to send it:
+    # narrowed to it alone, the job would wait for good ("fewer than 8 schedulable a100").
+    total: dict[str, int] = {}
+    per_node: dict[tuple[str, str], int] = {}
+    for device in schedulable:
+        total[device.device_type] = total.get(device.device_type, 0) + 1
+        key = (device.device_type, device.node)
+        per_node[key] = per_node.get(key, 0) + 1
+    largest: dict[str, int] = {}
+    for (device_type, _), count in per_node.items():
+        largest[device_type] = max(largest.get(device_type, 0), count)
+
+    def holds(job: Job, device_type: str) -> bool:
+        room = largest if job.consolidation is Consolidation.REQUIRED else total
+        return room.get(device_type, 0) >= job.num_gpus
+
+    jobs: list[Job] = []
+    for job in snapshot.jobs:
+        types = None if job.is_running else narrowed[(job.throughputs, job.accepted_types)]
+        if types is not None:
+            types = tuple(t for t in types if holds(job, t))
+        jobs.append(replace(job, accepted_types=types) if types else job)
+    return Gate(replace(snapshot, jobs=tuple(jobs)), prices, type_speeds)
 
 
 def free_after(snapshot: Snapshot, decisions: Decisions) -> list[Device]:
@@ -1051,9 +1091,13 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
     1. Only when the gate is active this round.
     2. Free devices after the round's decisions: schedulable, not busy, held by no running
        job (preempted ones included: their devices are spoken for), used by no start.
-    3. Per type (fastest first), held single-GPU jobs without quota limits that accept the
-       type (before narrowing) and are at least `FILL_FLOOR` efficient there take its
-       free devices, most efficient first, then priority order.
+    3. Per type (fastest first), held jobs without quota limits that accept the type
+       (before narrowing) and are at least `FILL_FLOOR` efficient there take its free
+       devices, most efficient first, then priority order; a gang takes them by best fit
+       under its consolidation rule (`choose_pools`). Eviction takes back single-GPU loans
+       only, so a lent gang keeps its devices until it ends or the pass preempts it: on an
+       empty 1,024-GPU cluster with 300 waiting jobs, single-GPU lending left 250 GPUs
+       idle that narrowed gangs accept.
     """
     prices = gate.prices
     if prices is None or FILL_FLOOR is None:
@@ -1062,8 +1106,10 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
     if not held:
         return decisions
     free: dict[str, list[int]] = {}
+    node_of: dict[int, str] = {}
     for device in free_after(original, decisions):
         free.setdefault(device.device_type, []).append(device.id)
+        node_of[device.id] = device.node
     if not free:
         return decisions
     from scheduler.policies.fairness import QuotaLedger  # policy-layer helper, late import
@@ -1081,7 +1127,6 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
             job = jobs[job_id]
             if (
                 job_id in lent
-                or job.num_gpus != 1
                 or not _accepts(job, device_type)
                 or (ledger.has_limits and ledger.is_limited(job))
             ):
@@ -1090,9 +1135,19 @@ def fill_idle_devices(original: Snapshot, gate: Gate, decisions: Decisions) -> D
             if efficiency >= FILL_FLOOR:
                 candidates.append((-efficiency, position[job_id], job_id))
         candidates.sort()
-        for (_, _, job_id), device_id in zip(candidates, free[device_type], strict=False):
-            starts.append(Start(job_id, (device_id,)))
+        nodes: dict[str, list[int]] = {}
+        for device_id in free[device_type]:
+            nodes.setdefault(node_of[device_id], []).append(device_id)
+        counts = {device_type: {node: len(ids) for node, ids in nodes.items()}}
+        for _, _, job_id in candidates:
+            job = jobs[job_id]
+            choice = choose_pools(job.num_gpus, (device_type,), job.consolidation, counts)
+            if choice is None:
+                continue
+            starts.append(Start(job_id, _take(nodes, counts[device_type], choice[1])))
             lent.add(job_id)
+            if not counts[device_type]:
+                break
     if not lent:
         return decisions
     return _started_instead_of_held(decisions, starts, decisions.preemptions, lent)

@@ -4,7 +4,8 @@ Tiresias alone lets one user's fifty short jobs crowd out everyone; gpulab adds
 1. hard quotas (`QuotaLedger`): per user and per group, max GPUs in use, max running jobs
    and max GPUs per device type. A job that would exceed one is held
    `QuotaExceeded: <which>`; quotas never preempt running jobs (an admin lowering a quota
-   lets running work finish);
+   lets running work finish). What a job being stopped still holds counts as in use
+   (`Snapshot.stopping_jobs`);
 2. fair share (`normalized_usage`, `fair_share_order`): within a Tiresias queue, jobs of the
    user with the lowest normalized decayed usage go first, blended with the queue's own order
    by the `fairness` setting.
@@ -16,12 +17,12 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from scheduler.core.types import Job, Quota, Snapshot
+from scheduler.core.types import Job, Quota, Snapshot, StoppingJob
 
 AccountKey = tuple[str, str]  # ("user" | "group", name)
 
 
-def _account_keys(job: Job) -> tuple[AccountKey, ...]:
+def _account_keys(job: Job | StoppingJob) -> tuple[AccountKey, ...]:
     if job.group is None:
         return (("user", job.user),)
     return (("user", job.user), ("group", job.group))
@@ -50,8 +51,13 @@ class QuotaLedger:
         self._gpus: defaultdict[AccountKey, int] = defaultdict(int)
         self._jobs: defaultdict[AccountKey, int] = defaultdict(int)
         self._gpus_by_type: defaultdict[tuple[AccountKey, str], int] = defaultdict(int)
+        if not self._limits:
+            return
         device_by_id = snapshot.device_by_id
-        for job in running:
+        # A job being stopped (checkpointing in its grace period) holds its GPUs until it
+        # exits: it counts as in use like a running job, though no policy may touch it.
+        holding: list[Job | StoppingJob] = [*running, *snapshot.stopping_jobs]
+        for job in holding:
             type_counts: dict[str, int] = defaultdict(int)
             for device_id in job.devices:
                 device = device_by_id.get(device_id)
@@ -70,7 +76,7 @@ class QuotaLedger:
             job.group is not None and ("group", job.group) in limits
         )
 
-    def charge(self, job: Job, type_counts: Mapping[str, int], sign: int = 1) -> None:
+    def charge(self, job: Job | StoppingJob, type_counts: Mapping[str, int], sign: int = 1) -> None:
         """Count `job` (its devices per type) against its accounts; sign=-1 releases it."""
         for key in _account_keys(job):
             if key not in self._limits:

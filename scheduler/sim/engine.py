@@ -72,7 +72,7 @@ DecideFn = Callable[[Snapshot], Decisions]
 # Policies whose order can flip while nothing arrives or ends (queue crossings, knob).
 QUEUE_POLICIES = frozenset({"las", "gittins"})
 # Holds that leave devices the job accepts free (`allox.place_explained`).
-_HELD_WHILE_FREE = frozenset({ReasonCode.FAIRNESS, ReasonCode.WAITING_FOR_FASTER_TYPE})
+_HELD_WHILE_FREE = frozenset({ReasonCode.WAITING_FOR_FASTER_TYPE})
 
 # Policies that never preempt: no minimum-runtime wake-ups needed.
 NON_PREEMPTIVE_POLICIES = frozenset({"fifo", "fifo-backfill"})

@@ -70,3 +70,10 @@ def test_the_admin_revokes_tokens_but_cannot_add_move_or_unrevoke_them(owner, la
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert APIClient(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/jobs/").status_code == 401
+
+
+@pytest.mark.django_db
+def test_the_tokens_page_names_only_what_tokens_work_with(owner):
+    page = logged_in(owner).get("/account/tokens/").content.decode()
+
+    assert "Use a token with the REST API:" in page and "CLI" not in page

@@ -3,9 +3,13 @@ the periodic agent tasks are declared in config/celery_app.py."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 
 from agents import tasks
 from agents.services import (
@@ -17,12 +21,13 @@ from agents.services import (
 from agents.ssh import HostKeyRefused, NodeUnreachable
 from cluster.choices import NodeState
 from cluster.models import Node
-from config.celery_app import app
+from config.celery_app import SCHEDULER_QUEUE, SSH_QUEUE, app, queue_name
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from jobs.services import job_mark_lost, job_mark_running, job_preempt, job_start
 from tests.agents.conftest import started_job
 from tests.factories import DeviceFactory, JobFactory, NodeFactory
+from tests.outages import broker_unreachable
 
 
 @pytest.fixture
@@ -194,3 +199,136 @@ def _started_on_second_gpu(node: Node) -> Job:
 
     job = JobFactory(command=["true"])
     return job_start(job_id=job.pk, device_ids=[node.devices.get(index=1).pk])
+
+
+def test_ssh_work_and_control_plane_tasks_go_to_their_own_queues(
+    real_node: Node, settings: Any, celery_published: Any
+) -> None:
+    from scheduler.tasks import scheduling_round_task
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    job = started_job(real_node, command=["true"])
+    agent_launch_request(job_id=job.pk, attempt=1)
+    scheduling_round_task.apply_async(kwargs={"trigger": "event"}, expires=60)
+    tasks.node_liveness_sweep_task.delay()
+    tasks.agent_node_poll_task.delay(node_id=real_node.pk)
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+    def names_in(queue: str) -> list[str]:
+        return [json.loads(raw)["headers"]["task"] for raw in client.lrange(queue, 0, -1)]
+
+    assert sorted(names_in(queue_name(SCHEDULER_QUEUE))) == [
+        "agents.liveness_sweep",
+        "scheduler.round",
+    ]
+    assert sorted(names_in(queue_name(SSH_QUEUE))) == ["agents.launch", "agents.node_poll"]
+    assert names_in(settings.CELERY_TASK_DEFAULT_QUEUE) == []
+    assert len(celery_published()) == 4  # and nothing went elsewhere
+
+
+def test_every_routed_task_exists_and_every_queue_has_a_worker_in_compose() -> None:
+    """A routed name with a typo, or a queue no worker of docker-compose.yml consumes,
+    would leave its tasks waiting for ever."""
+    from pathlib import Path
+
+    import yaml
+
+    from config.celery_app import TASK_QUEUES
+
+    app.loader.import_default_modules()
+    assert set(TASK_QUEUES) <= set(app.tasks)
+    compose = yaml.safe_load((Path(settings.BASE_DIR) / "docker-compose.yml").read_text())
+    consumed: dict[str, set[str]] = {}
+    for name, service in compose["services"].items():
+        command = service.get("command") or []
+        if command[:4] == ["celery", "-A", "config.celery_app", "worker"]:
+            consumed[name] = set(command[command.index("--queues") + 1].split(","))
+    # Celery's default queue name: what production's (unrenamed) routes resolve to.
+    assert set().union(*consumed.values()) == {SCHEDULER_QUEUE, SSH_QUEUE, "celery"}
+    # The rounds' worker takes nothing that may wait on a node.
+    scheduler_workers = [queues for queues in consumed.values() if SCHEDULER_QUEUE in queues]
+    assert scheduler_workers == [{SCHEDULER_QUEUE}]
+
+
+def test_node_polls_expire_instead_of_piling_up(real_node: Node, settings: Any) -> None:
+    from django.utils import timezone
+
+    from agents.models import NodeHostKey
+
+    NodeHostKey.objects.create(
+        node=real_node, key_type="ssh-ed25519", key_base64="x", fingerprint="x",
+        approved_at=timezone.now(),
+    )  # fmt: skip
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    queue = queue_name(SSH_QUEUE)
+    client.delete(queue)
+    try:
+        tasks.agent_poll_all_task()
+        (raw,) = client.lrange(queue, 0, -1)
+        headers = json.loads(raw)["headers"]
+        assert headers["task"] == "agents.node_poll"
+        assert headers["expires"] is not None
+    finally:
+        client.delete(queue)
+
+
+@pytest.fixture
+def dead_broker() -> Iterator[Callable[[], None]]:
+    with broker_unreachable() as restore:
+        yield restore
+
+
+def test_a_launch_lost_to_a_broker_error_is_sent_again_by_the_next_poll(
+    real_node: Node,
+    settings: Any,
+    celery_published: Any,
+    dead_broker: Callable[[], None],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from agents.selectors import LAUNCH_UNDELIVERED_REASON
+    from scheduler.services import scheduling_round_run
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    job = JobFactory(command=["true"], num_gpus=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        scheduling_round_run()  # places the job on real-0; its launch cannot be sent
+    job.refresh_from_db()
+    assert (job.state, job.reason) == (JobState.STARTING, LAUNCH_UNDELIVERED_REASON)
+
+    dead_broker()  # the broker is back
+    tasks.agent_poll_all_task()  # the next poll, seconds later: not the 20-minute sweep
+
+    assert celery_published() == [(tasks.agent_launch_task.name, {"job_id": job.pk, "attempt": 1})]
+    job.refresh_from_db()
+    assert (job.state, job.reason) == (JobState.STARTING, "")
+    # Sent once: the launch now on the queue is not asked for again at every poll.
+    tasks.agent_poll_all_task()
+    assert celery_published() == [(tasks.agent_launch_task.name, {"job_id": job.pk, "attempt": 1})]
+
+
+def test_a_launch_that_still_cannot_be_sent_stays_marked_for_the_next_poll(
+    real_node: Node, settings: Any, dead_broker: Callable[[], None]
+) -> None:
+    from agents.selectors import LAUNCH_UNDELIVERED_REASON, launches_undelivered
+    from scheduler.services import launch_undelivered_mark, undelivered_launches_request
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    job = started_job(real_node, command=["true"])
+    launch_undelivered_mark(job_id=job.pk, attempt=1)
+
+    assert undelivered_launches_request() == []
+    assert launches_undelivered() == [(job.pk, 1)]
+    assert Job.objects.get(pk=job.pk).reason == LAUNCH_UNDELIVERED_REASON
+
+
+def test_a_lost_launch_of_a_job_that_moved_on_is_not_sent_again(real_node: Node) -> None:
+    from agents.selectors import launches_undelivered
+    from jobs.services import job_cancel
+    from scheduler.services import launch_undelivered_mark
+
+    job = started_job(real_node, command=["true"])
+    launch_undelivered_mark(job_id=job.pk, attempt=1)
+    job_cancel(job_id=job.pk, by=job.owner)
+
+    assert launches_undelivered() == []

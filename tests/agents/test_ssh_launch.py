@@ -207,6 +207,28 @@ def test_launching_the_same_attempt_twice_starts_it_once(
     wait_for(lambda: agent_logs_tail(job_id=job.pk) == "once\n")
 
 
+def test_a_launch_delivered_twice_at_once_leaves_the_running_program_alone(
+    ssh_node: Node, ssh_settings: Path, monkeypatch
+) -> None:
+    # Two deliveries of one launch both found the job STARTING; the other one marked it
+    # RUNNING first. This one's mark then fails: it used to stop the program as unwanted.
+    job = started_job(ssh_node, command=["sh", "-c", "echo once; sleep 30"])
+    real_mark = services.job_mark_running
+
+    def the_other_delivery_marks_first(**kwargs):  # type: ignore[no-untyped-def]
+        real_mark(**kwargs)
+        return real_mark(**kwargs)  # this delivery's own mark: an illegal transition
+
+    monkeypatch.setattr(services, "job_mark_running", the_other_delivery_marks_first)
+
+    result = agent_launch(job_id=job.pk, attempt=job.attempt)
+
+    assert result is not None and result.state == JobState.RUNNING
+    assert job.allocations.filter(ended_at__isnull=True).count() == job.num_gpus
+    wait_for(lambda: agent_logs_tail(job_id=job.pk) == "once\n")
+    assert not (ssh_settings / f"gpulab-{job.pk}-1" / "stop-sent").exists()
+
+
 CHECKPOINTING = [
     "sh", "-c", "trap 'echo checkpointed; exit 0' TERM; echo ready; while :; do sleep 0.1; done"
 ]  # fmt: skip

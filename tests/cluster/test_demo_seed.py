@@ -21,3 +21,18 @@ def test_the_demo_seed_builds_the_mixed_lab_and_can_run_twice(capsys):
     assert User.objects.filter(role=Role.STUDENT).count() == 3
     assert User.objects.get(username="alice").check_password("gpulab-demo")
     assert "password for all: gpulab-demo" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_the_login_hint_names_the_default_address(capsys):
+    call_command("demo_seed")
+    assert "Log in at http://127.0.0.1:8000 with" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_the_login_hint_names_the_address_the_demo_is_served_at(capsys):
+    call_command("demo_seed", "--url", "http://127.0.0.1:8791")
+
+    out = capsys.readouterr().out
+    assert "Log in at http://127.0.0.1:8791 with" in out
+    assert ":8000" not in out

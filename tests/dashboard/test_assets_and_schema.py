@@ -50,3 +50,107 @@ def test_the_openapi_schema_documents_the_dashboard_endpoints(owner):
         operation = schema["paths"][f"/api/v1/{path}/"]["get"]
         assert operation["summary"], path
         assert operation["responses"]["200"]["content"], path
+
+
+# ---------------------------------------------------------------- responses match the schema
+
+
+def _json_schema(node, *, strict: bool):
+    """OpenAPI 3.0 schema → JSON Schema: `nullable` becomes a null alternative, and
+    (strict) an object with listed properties admits no others, so a field the API returns
+    but the schema does not describe fails too."""
+    if isinstance(node, list):
+        return [_json_schema(item, strict=strict) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _json_schema(value, strict=strict) for key, value in node.items()}
+    if strict and "properties" in node and "additionalProperties" not in node:
+        node["additionalProperties"] = False
+    if node.pop("nullable", False):
+        node = {"anyOf": [node, {"type": "null"}]}
+    return node
+
+
+@pytest.mark.django_db
+def test_real_responses_of_the_api_match_its_openapi_schema(
+    owner, lab_admin, small_cluster, api_as
+):
+    import jsonschema
+
+    from accounts.services import user_create
+    from dashboard.services import aggregates_update
+    from scheduler.services import scheduling_round_run
+
+    submit = {"image": "pytorch/pytorch:2.4.0", "command": ["python"], "num_gpus": 2}
+    student, admin = api_as(owner), api_as(lab_admin)
+    # A user without a group: `group` is null in his jobs.
+    loner = api_as(user_create(username="dave", password="pw-dave-1234", groups=[]))
+    created = [student.post("/api/v1/jobs/", submit, format="json") for _ in range(3)]
+    created.append(loner.post("/api/v1/jobs/", submit, format="json"))
+    scheduling_round_run()  # some start (event without a user), the rest wait with a reason
+    aggregates_update()
+    job_id = created[0].json()["id"]
+    schema = student.get("/api/schema/?format=json").json()
+    components = _json_schema(schema["components"], strict=True)
+
+    def check(response, path: str, method: str = "get") -> None:
+        code = str(response.status_code)
+        declared = schema["paths"][path][method]["responses"]
+        assert code in declared, (path, method, code, response.content[:200])
+        body_schema = _json_schema(
+            declared[code]["content"]["application/json"]["schema"], strict=True
+        )
+        validator = jsonschema.Draft7Validator({**body_schema, "components": components})
+        errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(response.json())]
+        assert not errors, (method, path, code, errors[:5])
+
+    for response in created:
+        check(response, "/api/v1/jobs/", "post")
+    check(student.post("/api/v1/jobs/", {"num_gpus": "x"}, format="json"), "/api/v1/jobs/", "post")
+    for client in (student, admin):
+        check(client.get("/api/v1/jobs/"), "/api/v1/jobs/")
+        check(client.get("/api/v1/queue/"), "/api/v1/queue/")
+        check(client.get("/api/v1/cluster/"), "/api/v1/cluster/")
+        check(client.get("/api/v1/utilization/?window=7d"), "/api/v1/utilization/")
+        check(client.get("/api/v1/fairness/"), "/api/v1/fairness/")
+    check(student.get("/api/v1/jobs/?state=bogus"), "/api/v1/jobs/")
+    check(admin.get("/api/v1/usage/"), "/api/v1/usage/")
+    check(student.get("/api/v1/usage/"), "/api/v1/usage/")
+    check(loner.get("/api/v1/jobs/"), "/api/v1/jobs/")
+    check(student.get(f"/api/v1/jobs/{job_id}/"), "/api/v1/jobs/{job_id}/")
+    check(student.get("/api/v1/jobs/999999/"), "/api/v1/jobs/{job_id}/")
+    cancel = "/api/v1/jobs/{job_id}/cancel/"
+    check(student.post(f"/api/v1/jobs/{job_id}/cancel/"), cancel, "post")
+    check(student.post(f"/api/v1/jobs/{job_id}/cancel/"), cancel, "post")  # 409
+    check(student.post("/api/v1/jobs/999999/cancel/"), cancel, "post")  # 404
+
+
+@pytest.mark.django_db
+def test_the_schema_types_the_submission_and_the_nullable_outputs(client):
+    schema = client.get("/api/schema/?format=json").json()
+    components = schema["components"]["schemas"]
+    submit = components["JobSubmitInput"]["properties"]
+    assert submit["num_gpus"]["type"] == "integer"
+    assert submit["max_retries"]["type"] == "integer"
+    assert submit["walltime_seconds"]["type"] == "integer"
+    assert submit["walltime_seconds"]["nullable"] is True
+    assert submit["command"]["items"] == {"type": "string"}
+    assert submit["accepted_types"]["items"] == {"type": "string"}
+    assert submit["env"]["additionalProperties"] == {"type": "string"}
+    assert components["JobOutput"]["properties"]["group"]["nullable"] is True
+    assert components["JobEventOutput"]["properties"]["actor_user"]["nullable"] is True
+    listing = schema["paths"]["/api/v1/jobs/"]["get"]["responses"]["200"]
+    envelope = listing["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert {"count", "next", "previous", "results"} <= set(components[envelope]["properties"])
+    logs = schema["paths"]["/api/v1/agents/jobs/{job_id}/logs/"]["get"]["parameters"]
+    (stream,) = [parameter for parameter in logs if parameter["name"] == "stream"]
+    assert set(stream["schema"]["enum"]) == {"stdout", "stderr"}
+    responses = {
+        ("/api/v1/jobs/", "post"): {"201", "400", "429"},
+        ("/api/v1/jobs/{job_id}/", "get"): {"200", "404"},
+        ("/api/v1/jobs/{job_id}/cancel/", "post"): {"200", "404", "409"},
+    }
+    for (path, method), codes in responses.items():
+        assert codes <= set(schema["paths"][path][method]["responses"]), (path, method)
+    # The routes without a trailing slash are served, but listed once, with it.
+    assert not [path for path in schema["paths"] if not path.endswith("/")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -374,9 +375,12 @@ def test_the_page_ranks_with_the_schedulers_snapshot_and_counts_jobs_per_user_an
     ours, counts = fair_share_snapshot(now=now, settings=config)
 
     usage = {a.name: a.usage for a in ours.users}
-    # bob: 5 h stored 30 h ago, half-life 12 h; alice: 90 min live on an a100 (2.0) + a v100.
+    # bob: 5 h stored 30 h ago, half-life 12 h; alice: 90 min live on an a100 (2.0) + a v100,
+    # each GPU-second decayed from when it was used: 3.0 × H/ln 2 × (1 − 2^(−1.5 h/H)).
     assert usage["bob"] == pytest.approx(5 * HOUR * 0.5 ** (30 / 12), rel=1e-3)
-    assert usage["alice"] == pytest.approx(90 * 60 * 3.0, rel=1e-2)
+    live = 3.0 * 12 * HOUR / math.log(2) * (1 - 0.5 ** (1.5 / 12))
+    assert live == pytest.approx(15_518, rel=1e-3)  # not the undecayed 16,200
+    assert usage["alice"] == pytest.approx(live, rel=1e-3)
     assert usage["carol"] == 0.0
     assert normalized_usage(ours, ours.jobs) == normalized_usage(theirs, theirs.jobs)
     assert counts == {

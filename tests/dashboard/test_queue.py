@@ -17,7 +17,7 @@ from jobs.choices import JobState
 from jobs.models import Job
 from jobs.services import JobSpec, job_submit
 from scheduler.services import scheduling_round_run
-from tests.dashboard.helpers import logged_in
+from tests.dashboard.helpers import device, hold, logged_in
 from tests.factories import JobFactory
 
 
@@ -199,6 +199,27 @@ def test_a_bad_page_is_a_400_naming_the_field(api_as, owner, queue, page):
     response = api_as(owner).get(f"/api/v1/queue/?page={page}")
     assert response.status_code == 400
     assert "page" in response.json()
+
+
+@pytest.mark.django_db
+def test_an_unknown_query_parameter_is_a_400_naming_it(api_as, owner, queue):
+    response = api_as(owner).get("/api/v1/queue/?page_size=5")
+    assert response.status_code == 400
+    assert list(response.json()) == ["page_size"]
+
+
+@pytest.mark.django_db
+def test_a_running_job_shows_the_service_of_its_current_run(api_as, owner, small_cluster):
+    # 2 × a100 (speed 2) held for 30 minutes: 2 GPU·h normalized, none stored yet.
+    devices = [device(small_cluster, "a0", 0), device(small_cluster, "a0", 1)]
+    job = hold(owner, devices, start=timezone.now() - timedelta(minutes=30))
+    (entry,) = api_as(owner).get("/api/v1/queue/").json()["running"]
+    assert entry["job_id"] == job.pk
+    assert entry["attained_gpu_hours"] == pytest.approx(2.0, abs=0.01)
+    assert '<td class="num">2.0</td>' in logged_in(owner).get("/queue/").content.decode()
+    # The job's own page too (2 GPU·h = 7,200 normalized GPU·s).
+    page = logged_in(owner).get(f"/jobs/{job.pk}/").content.decode()
+    assert "attained 7200 GPU·s" in page or "attained 7201 GPU·s" in page
 
 
 @pytest.mark.django_db

@@ -12,6 +12,7 @@ from scheduler.core.types import DEFAULT_QUEUE_THRESHOLDS
 from scheduler.selectors import scheduler_config_get
 from scheduler.settings_services import scheduler_config_update
 from tests.dashboard.helpers import logged_in
+from tests.page_forms import form_values
 
 URL = "/manage/scheduler/"
 DEFAULT_THRESHOLDS = list(DEFAULT_QUEUE_THRESHOLDS)  # 3600, 7200, ..., 3,686,400 GPU-s
@@ -233,3 +234,161 @@ def test_changing_the_churn_control_knobs_audits_each_one(lab_admin):
         config.max_victims,
         config.starvation_seconds,
     ) == (0.0, 1, 0, 7200.0)
+
+
+# --------------------------------------------------------------------------- two admins at once
+
+
+@pytest.fixture
+def second_admin(db):
+    from accounts.choices import Role
+    from accounts.services import user_create
+
+    return user_create(username="root2", password="pw-root2-123", role=Role.ADMIN)
+
+
+@pytest.mark.django_db
+def test_the_page_remembers_what_it_showed_in_hidden_inputs(lab_admin):
+    shown = form_values(logged_in(lab_admin).get(URL).content.decode())
+
+    assert shown["initial-fairness"] == "1.0"
+    assert shown["initial-queue_thresholds"].startswith("3600, 7200, ")
+    assert shown["initial-promote_knob"] == "4.0"
+
+
+@pytest.mark.django_db
+def test_saving_keeps_a_change_another_admin_made_meanwhile(lab_admin, second_admin):
+    scheduler_config_get()
+    client = logged_in(lab_admin)
+    data = form_values(client.get(URL).content.decode())  # root opens the page
+    scheduler_config_update(actor=second_admin, changes={"fairness": 0.25})  # root2 saves
+
+    data["round_interval_seconds"] = "30"  # root changes only the interval
+    response = client.post(URL, data)
+
+    assert response.status_code == 302
+    config = scheduler_config_get()
+    assert (config.fairness, config.round_interval_seconds) == (0.25, 30.0)
+    assert list(AuditEntry.objects.order_by("id").values_list("actor_username", "field")) == [
+        ("root2", "fairness"),
+        ("root", "round_interval_seconds"),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_setting_both_admins_changed_is_refused_as_a_conflict_then_saved_on_purpose(
+    lab_admin, second_admin
+):
+    scheduler_config_get()
+    client = logged_in(lab_admin)
+    data = form_values(client.get(URL).content.decode())
+    scheduler_config_update(actor=second_admin, changes={"fairness": 0.25})
+
+    data.update(fairness="0.5", round_interval_seconds="30")
+    response = client.post(URL, data)
+
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert list(errors) == ["fairness"]
+    assert "Someone else changed this to “0.25”" in errors["fairness"][0]
+    assert "fairness: Someone else changed this" in response.content.decode()
+    config = scheduler_config_get()
+    assert (config.fairness, config.round_interval_seconds) == (0.25, 10.0)  # nothing saved
+    assert "Current: <b>0.25</b>" in response.content.decode()
+    assert not AuditEntry.objects.filter(actor_username="root").exists()
+
+    # The re-shown page now remembers 0.25: saving it again is a deliberate override.
+    again = form_values(response.content.decode())
+    assert (again["fairness"], again["initial-fairness"]) == ("0.5", "0.25")
+    assert client.post(URL, again).status_code == 302
+    config = scheduler_config_get()
+    assert (config.fairness, config.round_interval_seconds) == (0.5, 30.0)
+
+
+@pytest.mark.django_db
+def test_the_same_change_made_by_both_admins_is_no_conflict(lab_admin, second_admin):
+    scheduler_config_get()
+    client = logged_in(lab_admin)
+    data = form_values(client.get(URL).content.decode())
+    scheduler_config_update(actor=second_admin, changes={"fairness": 0.5})
+
+    data["fairness"] = "0.5"
+    assert client.post(URL, data).status_code == 302
+    assert list(AuditEntry.objects.values_list("actor_username", flat=True)) == ["root2"]
+
+
+# --------------------------------------------------------------------------- warnings
+
+MARGIN_WARNING = "preemption is off except for"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [
+        ({}, False),  # defaults: 12 queues, margin 3
+        ({"queue_thresholds": [3600.0], "preempt_margin": 3}, True),  # 2 queues
+        ({"queue_thresholds": [3600.0], "preempt_margin": 2}, True),  # needs 3 queues
+        ({"queue_thresholds": [3600.0], "preempt_margin": 1}, False),  # Tiresias' own rule
+        ({"queue_thresholds": [3600.0, 7200.0], "preempt_margin": 2}, False),
+        ({"queue_thresholds": [], "preempt_margin": 1}, True),  # one queue: nothing below
+        # FIFO ignores queues and margin: nothing to warn about.
+        ({"policy": "fifo", "queue_thresholds": [3600.0], "preempt_margin": 3}, False),
+    ],
+)
+def test_a_margin_no_queue_gap_can_reach_is_allowed_but_warned_about(lab_admin, settings, warned):
+    scheduler_config_update(actor=lab_admin, changes=settings)
+
+    page = logged_in(lab_admin).get(URL).content.decode()
+
+    assert (MARGIN_WARNING in page) is warned
+    if warned:
+        assert "the starvation guard" in page
+
+
+@pytest.mark.django_db
+def test_the_warning_appears_right_after_saving_such_a_margin(lab_admin):
+    client = logged_in(lab_admin)
+    data = form_values(client.get(URL).content.decode())
+    data.update(queue_thresholds="3600", preempt_margin="3", starvation_seconds="0")
+
+    response = client.post(URL, data, follow=True)
+
+    assert scheduler_config_get().preempt_margin == 3  # saved: it may be intended
+    page = response.content.decode()
+    assert "The preemption margin (3) is not below the number of queues (2" in page
+    assert "none at all: the starvation guard is off too" in page
+
+
+@pytest.mark.django_db
+def test_empty_thresholds_are_saved_as_one_queue(lab_admin):
+    response = logged_in(lab_admin).post(URL, {**DEFAULTS, "queue_thresholds": ""})
+
+    assert response.status_code == 302
+    assert scheduler_config_get().queue_thresholds == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "promote_knob",
+        "fairness",
+        "min_runtime_seconds",
+        "preempt_patience_seconds",
+        "starvation_seconds",
+        "restore_cost_seconds",
+        "allox_alpha",
+        "allox_efficiency_gate",
+        "round_interval_seconds",
+    ],
+)
+def test_the_service_refuses_a_float_setting_that_is_not_finite(lab_admin, field, value):
+    # Every comparison with NaN is false: the min/max validators let it through, and the
+    # table's check constraints (or a policy) met it instead.
+    with pytest.raises(ValidationFailed) as caught:
+        scheduler_config_update(actor=lab_admin, changes={field: value})
+
+    assert field in caught.value.errors
+    assert not AuditEntry.objects.exists()

@@ -186,3 +186,129 @@ def test_the_openapi_schema_documents_the_job_endpoints(client):
         paths
     )
     assert client.get("/api/docs/").status_code == 200
+
+
+# ---------------------------------------------------------------- routes without the slash
+
+
+@pytest.mark.django_db
+def test_a_post_without_the_trailing_slash_submits_rather_than_redirecting(
+    owner, small_cluster, api_as
+):
+    # A 301 is followed as a GET by curl -L and requests: a job list, nothing submitted.
+    response = api_as(owner).post("/api/v1/jobs", SUBMIT, format="json")
+    assert response.status_code == 201, response.content
+    assert Job.objects.get().pk == response.json()["id"]
+
+
+@pytest.mark.django_db
+def test_cancel_and_detail_answer_without_the_trailing_slash(owner, api_as):
+    job = JobFactory(owner=owner)
+    client = api_as(owner)
+    assert client.get(f"/api/v1/jobs/{job.pk}").json()["id"] == job.pk
+    response = client.post(f"/api/v1/jobs/{job.pk}/cancel")
+    assert response.status_code == 200, response.content
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/queue", "/api/v1/cluster", "/api/v1/utilization", "/api/v1/fairness"],
+)
+def test_every_api_route_answers_without_the_trailing_slash(owner, api_as, path):
+    assert api_as(owner).get(path).status_code == 200
+
+
+# ---------------------------------------------------------------- list: pages and parameters
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page", ["0", "-1", "abc", "1.5", "", "9" * 5000])
+def test_a_bad_page_of_the_job_list_is_a_400_naming_it(owner, api_as, page):
+    JobFactory(owner=owner)
+    response = api_as(owner).get(f"/api/v1/jobs/?page={page}")
+    assert response.status_code == 400
+    assert response.json() == {"page": ["A page number, 1 or more."]}
+
+
+@pytest.mark.django_db
+def test_a_page_past_the_last_is_a_400_saying_how_many_there_are(owner, api_as):
+    JobFactory(owner=owner)
+    response = api_as(owner).get("/api/v1/jobs/?page=99")
+    assert response.status_code == 400
+    assert response.json() == {"page": ["There is 1 page."]}
+
+
+@pytest.mark.django_db
+def test_an_empty_list_answers_any_page_with_its_one_empty_page(owner, api_as):
+    # As /api/v1/queue/ does: an empty list has one (empty) page.
+    body = api_as(owner).get("/api/v1/jobs/?page=3").json()
+    assert (body["count"], body["results"]) == (0, [])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("parameter", ["sate", "status", "page_size", "ordering"])
+def test_an_unknown_query_parameter_is_a_400_naming_it(owner, api_as, parameter):
+    JobFactory(owner=owner)
+    response = api_as(owner).get(f"/api/v1/jobs/?{parameter}=PENDING")
+    assert response.status_code == 400
+    assert list(response.json()) == [parameter]
+    assert "Unknown query parameter" in response.json()[parameter][0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "query", ["state=PENDING&state=RUNNING", "state=PENDING,RUNNING", "state=PENDING, RUNNING"]
+)
+def test_the_state_filter_takes_several_states_repeated_or_comma_separated(owner, api_as, query):
+    pending = JobFactory(owner=owner)
+    running = JobFactory(owner=owner, state=JobState.RUNNING)
+    JobFactory(owner=owner, state=JobState.CANCELLED)
+    ids = {job["id"] for job in api_as(owner).get(f"/api/v1/jobs/?{query}").json()["results"]}
+    assert ids == {pending.pk, running.pk}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query", ["state=PENDING&state=bogus", "state=bogus,PENDING"])
+def test_every_state_of_the_filter_is_checked(owner, api_as, query):
+    response = api_as(owner).get(f"/api/v1/jobs/?{query}")
+    assert response.status_code == 400
+    assert response.json()["state"] == [
+        "Unknown state 'bogus'; choose from: " + ", ".join(JobState.values) + "."
+    ]
+
+
+# ---------------------------------------------------------------- strict types
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("field", "value"), [("image", 5), ("name", 5), ("name", True), ("group", 3), ("image", [])]
+)
+def test_a_non_string_in_a_text_field_is_refused_not_converted(
+    owner, small_cluster, api_as, field, value
+):
+    response = api_as(owner).post("/api/v1/jobs/", {**SUBMIT, field: value}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {field: ["Not a valid string."]}
+    assert not Job.objects.exists()
+
+
+# ---------------------------------------------------------------- live accounting
+
+
+@pytest.mark.django_db
+def test_a_running_job_shows_the_service_of_its_current_run(owner, small_cluster, api_as):
+    from tests.dashboard.helpers import device, hold
+
+    # Held 2 × a100 (speed 2) for 30 minutes, after 1 GPU·h stored from an earlier run.
+    devices = [device(small_cluster, "a0", 0), device(small_cluster, "a0", 1)]
+    job = hold(owner, devices)
+    Job.objects.filter(pk=job.pk).update(attained_service=3600.0)
+    client = api_as(owner)
+    detail = client.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert detail["attained_gpu_hours"] == pytest.approx(1.0 + 2 * 2.0 * 0.5, abs=0.01)
+    listed = client.get("/api/v1/jobs/").json()["results"][0]
+    assert listed["attained_gpu_hours"] == pytest.approx(3.0, abs=0.01)

@@ -12,7 +12,7 @@ from jobs.models import Allocation, Job, JobEvent
 from jobs.services import job_finish, job_preempt, retry_backoff_seconds
 from scheduler.services import scheduling_round_run
 from tests.jobs.limits import cluster, submit_long_job
-from tests.scheduler.livefixtures import assert_consistent
+from tests.scheduler.livefixtures import age_job, assert_consistent
 
 __all__ = ["cluster"]  # the fixture, imported for the tests below
 
@@ -71,6 +71,23 @@ def test_the_round_waits_out_the_backoff_then_starts_the_retry(owner, cluster):
     job.refresh_from_db()
     assert job.state in {JobState.STARTING, JobState.RUNNING}
     assert (job.attempt, job.retries_used, job.retry_not_before) == (2, 1, None)
+
+
+@pytest.mark.django_db
+def test_a_retry_has_waited_only_since_its_backoff_ended(owner, cluster):
+    """The backoff is the failed job's own penalty, not time the scheduler kept it waiting:
+    the starvation knob's δ, folded in when the retry starts, counts from its end."""
+    job = started(submit_long_job(owner, retries=1))
+    age_job(job.pk, seconds=120)  # it has run, so its waiting counts towards the knob
+    job_finish(job_id=job.pk, exit_code=1)
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(
+        pending_since=now - timedelta(hours=1), retry_not_before=now - timedelta(seconds=30)
+    )
+
+    job = started(job)
+
+    assert job.waiting_since_promotion == pytest.approx(30, abs=5)  # not the hour since failing
 
 
 @pytest.mark.django_db

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,6 +12,8 @@ from scheduler.core.accounting import (
     advance_running,
     apply_queue_change,
     decay_usage,
+    decayed_service,
+    eligible_since,
     mark_preempted,
     mark_started,
     queue_level_for,
@@ -146,3 +149,49 @@ def test_start_and_preemption_set_phase_devices_and_run_clock() -> None:
     back = mark_preempted(job, 99.0)
     assert (back.phase, back.devices, back.started_at) == (JobPhase.PENDING, (), None)
     assert back.pending_since == 99.0  # a new pending spell: patience and starvation restart
+
+
+@pytest.mark.parametrize(
+    ("rate", "seconds", "half_life", "expected"),
+    [
+        # 1 GPU for one half-life: H/ln 2 × (1 − 1/2) = 604,800 / 0.6931472 / 2 = 436,270.98
+        (1.0, 7 * DAY, 7 * DAY, 436_270.98),
+        # 1 GPU for 14 days at 7 days: H/ln 2 × (1 − 1/4) = 654,406.47, not 1,209,600
+        (1.0, 14 * DAY, 7 * DAY, 654_406.47),
+        # 3 speed units (an a100 at 2.0 + a v100) for 90 min at 12 h: 15,518.03, not 16,200
+        (3.0, 5400.0, 12 * 3600.0, 15_518.03),
+        (4.0, 10.0, 7 * DAY, 39.99977),  # 10 s against a week: barely decayed
+        (2.0, 0.0, 7 * DAY, 0.0),
+        (2.0, 5 * DAY, 0.0, 2.0 * 5 * DAY),  # no decay configured
+        (2.0, 5 * DAY, math.inf, 2.0 * 5 * DAY),
+    ],
+)
+def test_a_runs_usage_decays_each_gpu_second_from_when_it_was_used(
+    rate: float, seconds: float, half_life: float, expected: float
+) -> None:
+    assert decayed_service(rate, seconds, half_life) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_run_split_in_two_counts_the_same_as_one_run() -> None:
+    """Charged at a transition and decayed on, a run's first part plus the rest equals the
+    whole run charged at once: no usage is lost or gained at a preemption."""
+    half_life = 7 * DAY
+    first = decay_usage(decayed_service(2.0, 3 * DAY, half_life), 5 * DAY, half_life)
+    whole = decayed_service(2.0, 8 * DAY, half_life)
+    assert first + decayed_service(2.0, 5 * DAY, half_life) == pytest.approx(whole)
+
+
+def test_a_negative_run_length_is_refused() -> None:
+    with pytest.raises(ValueError):
+        decayed_service(1.0, -1.0, 7 * DAY)
+
+
+def test_a_pending_spell_starts_when_a_retrys_backoff_ends() -> None:
+    failed = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    backoff_end = failed + timedelta(hours=1)
+    assert eligible_since(failed, backoff_end) == backoff_end
+    assert eligible_since(failed, None) == failed  # never failed: the spell as stored
+    # A later spell (a promotion, a requeue after the retry ran) is not moved back.
+    assert eligible_since(backoff_end, failed) == backoff_end
+    assert eligible_since(None, backoff_end) is None
+    assert eligible_since(10.0, 70.0) == 70.0  # epoch seconds alike

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from config.celery_app import SCHEDULER_QUEUE, SSH_QUEUE, queue_name
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from scheduler.choices import RoundTrigger
@@ -41,8 +42,9 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-@pytest.fixture
-def celery_worker(transactional_db) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+def worker_start(queues: list[str], module: list[str] | None = None) -> subprocess.Popen[str]:
+    """A real worker (solo pool: one task at a time) on the test database and this run's
+    queues; `module` replaces `-m celery` (a wrapper that patches a task)."""
     database = settings.DATABASES["default"]
     env = {
         **os.environ,
@@ -52,18 +54,30 @@ def celery_worker(transactional_db) -> Iterator[subprocess.Popen[str]]:  # type:
         ),
         "GPULAB_TEST_RUN_ID": settings.TEST_RUN_ID,
     }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config.celery_app", "worker", "--pool", "solo",
-         "--queues", settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO", "--without-gossip",
-         "--without-mingle", "--without-heartbeat"],
+    return subprocess.Popen(
+        [sys.executable, *(module or ["-m", "celery"]), "-A", "config.celery_app", "worker",
+         "--pool", "solo", "--queues", ",".join(queues), "--loglevel", "INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    yield worker
+
+
+def worker_stop(worker: subprocess.Popen[str]) -> None:
     worker.send_signal(signal.SIGTERM)
     try:
         worker.wait(timeout=20)
     except subprocess.TimeoutExpired:
         worker.kill()
+
+
+@pytest.fixture
+def celery_worker(transactional_db) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+    """One worker on all of this run's queues (rounds, SSH work, the rest)."""
+    worker = worker_start(
+        [settings.CELERY_TASK_DEFAULT_QUEUE, queue_name(SCHEDULER_QUEUE), queue_name(SSH_QUEUE)]
+    )
+    yield worker
+    worker_stop(worker)
 
 
 def test_api_submissions_reach_allocations_through_real_celery_rounds(
@@ -128,7 +142,9 @@ def test_a_higher_queue_job_preempts_through_worker_rounds_and_keeps_service(
         preempt_margin=1,
     )
     simulated_cluster(nodes=1, gpus_per_node=4)
-    veteran = api_as(owner).post("/api/v1/jobs/", SUBMIT, format="json").json()["id"]
+    # Longer than its 2 h: a simulated job whose work is done exits even while preempted.
+    long_job = {**SUBMIT, "command": ["sleep", "86400"]}
+    veteran = api_as(owner).post("/api/v1/jobs/", long_job, format="json").json()["id"]
     wait_for(lambda: Job.objects.get(pk=veteran).state == JobState.RUNNING, what="veteran running")
     age_job(veteran, seconds=7200)  # 28,800 GPU·s: queue 1, past the minimum runtime
 
@@ -143,3 +159,40 @@ def test_a_higher_queue_job_preempts_through_worker_rounds_and_keeps_service(
     assert preempted.preemption_count == 1
     assert preempted.attained_service == pytest.approx(4 * 7200, rel=0.01)
     assert_consistent()
+
+
+def test_a_round_runs_while_every_ssh_slot_is_busy_with_a_long_stop(transactional_db, settings):
+    """Rounds have their own queue and worker: stops that wait out a grace period (up to an
+    hour) on the SSH worker do not delay them, as they did when both shared one queue."""
+    import redis
+    from django.core.cache import cache
+
+    from agents.tasks import agent_stop_task
+    from scheduler.triggers import REQUEST_KEY, round_request
+    from tests.scheduler.blocking_ssh_worker import stop_keys
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    started, done, release = stop_keys(settings.TEST_RUN_ID)
+    client.delete(started, done, release)
+    cache.delete(REQUEST_KEY)
+    # As docker-compose.yml runs them: rounds alone; SSH work with the default queue.
+    rounds = worker_start([queue_name(SCHEDULER_QUEUE)])
+    ssh = worker_start(
+        [queue_name(SSH_QUEUE), settings.CELERY_TASK_DEFAULT_QUEUE],
+        module=["-m", "tests.scheduler.blocking_ssh_worker"],
+    )
+    try:
+        for job_id in (1001, 1002):  # a preemption's stops; the worker has one slot
+            agent_stop_task.delay(job_id=job_id, attempt=1, grace_seconds=3600)
+        wait_for(lambda: client.get(started) == b"1", what="the SSH worker to be busy")
+
+        round_request()
+
+        wait_for(lambda: SchedulingRound.objects.exists(), what="the requested round")
+        assert client.get(done) is None  # the stops were still under way
+    finally:
+        client.set(release, 1)
+        worker_stop(rounds)
+        worker_stop(ssh)
+        client.delete(started, done, release)

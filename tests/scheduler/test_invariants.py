@@ -120,3 +120,19 @@ def test_quotas_must_hold_after_the_round_for_accounts_that_start_jobs(
 def test_a_running_job_over_a_lowered_quota_is_no_violation_when_nothing_starts() -> None:
     snap = base_snapshot(users=[Account("alice", quota=Quota(max_gpus=0))])
     check_decisions(snap, Decisions(holds=holds_for(2, 3, 4)))
+
+
+def test_gpus_a_checkpointing_job_still_holds_count_against_its_owners_quota() -> None:
+    # Alice (max 4 GPUs) runs job 1 on 2 GPUs; her preempted job 9 still checkpoints on
+    # device 4. Starting job 2 on 2 more would make 5.
+    from dataclasses import replace
+
+    from scheduler.core.types import StoppingJob
+
+    snap = base_snapshot(users=[Account("alice", quota=Quota(max_gpus=4))], busy=[4])
+    decisions = Decisions(starts=(Start(2, (2, 3)),), holds=holds_for(3, 4))
+    check_decisions(snap, decisions)
+    with pytest.raises(InvariantViolation, match="alice uses 5 GPUs"):
+        check_decisions(
+            replace(snap, stopping_jobs=(StoppingJob(9, "alice", None, (4,)),)), decisions
+        )

@@ -77,7 +77,8 @@ def test_cancelling_frees_the_devices_for_the_next_round(owner, outsider, cluste
 @pytest.mark.django_db
 def test_a_higher_queue_job_preempts_a_lower_one_which_keeps_its_service(owner, outsider, cluster):
     """The running job has used 2 h × 4 GPUs (queue 1); a new job (queue 0) takes its GPUs."""
-    veteran = submit(owner, 4)
+    # Longer than its 2 h: a simulated job whose work is done exits even while preempted.
+    veteran = submit(owner, 4, seconds=86_400)
     scheduling_round_run()
     simulated_tick(grace_seconds=0)
     age_job(veteran.pk, seconds=7200)  # past min_runtime, 28,800 GPU·s: queue 1
@@ -385,3 +386,125 @@ def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refu
         AuditEntry.objects.filter(target_kind="scheduler").values_list("field", flat=True)
     )
     assert {"policy", "queue_thresholds", "promote_knob"} <= audited
+
+
+@pytest.mark.django_db
+def test_a_round_that_raises_is_recorded_as_failed_with_its_error_and_the_error_goes_on(
+    owner, cluster, monkeypatch
+):
+    submit(owner, 1)
+
+    def broken_policy(snapshot):
+        raise RuntimeError("policy bug")
+
+    monkeypatch.setattr(round_services, "decide", broken_policy)
+    with pytest.raises(RuntimeError, match="policy bug"):
+        scheduling_round_run()
+
+    failed = SchedulingRound.objects.get()
+    assert failed.outcome == RoundOutcome.FAILED
+    assert "RuntimeError: policy bug" in failed.error
+    assert "broken_policy" in failed.error  # the traceback, not only the message
+    assert not Allocation.objects.exists()
+    # The lock was let go: the next round runs (and applies, the policy being fixed).
+    monkeypatch.undo()
+    assert scheduling_round_run().outcome == RoundOutcome.APPLIED
+
+
+@pytest.mark.django_db
+def test_a_failed_rounds_error_is_kept_bounded(cluster, monkeypatch):
+    def broken_policy(snapshot):
+        raise RuntimeError("x" * 100_000)
+
+    monkeypatch.setattr(round_services, "decide", broken_policy)
+    with pytest.raises(RuntimeError):
+        scheduling_round_run()
+    error = SchedulingRound.objects.get().error
+    assert len(error) == round_services.ROUND_ERROR_CHARS
+    assert error.rstrip().endswith("x")  # the tail: the exception itself is kept
+
+
+@pytest.mark.django_db
+def test_the_timer_retries_a_failed_round_only_after_an_interval(cluster, monkeypatch):
+    from datetime import timedelta
+
+    from scheduler.selectors import round_is_due
+    from scheduler.tasks import scheduling_round_task
+
+    configure(round_interval_seconds=10)
+    monkeypatch.setattr(round_services, "decide", lambda snapshot: 1 / 0)
+    outcomes = [scheduling_round_task.apply(kwargs={"trigger": "timer"}) for _ in range(3)]
+
+    assert [result.state for result in outcomes] == ["FAILURE", "SUCCESS", "SUCCESS"]
+    assert [result.result for result in outcomes[1:]] == [{"round": None, "outcome": "not due"}] * 2
+    assert list(SchedulingRound.objects.values_list("outcome", flat=True)) == [RoundOutcome.FAILED]
+    SchedulingRound.objects.update(started_at=timezone.now() - timedelta(seconds=11))
+    assert round_is_due()
+
+
+@pytest.mark.django_db
+def test_round_records_older_than_the_history_are_pruned():
+    from datetime import timedelta
+
+    from scheduler.choices import RoundTrigger
+    from scheduler.services import scheduling_rounds_prune
+
+    now = timezone.now()
+    for age_days in (31, 30.5, 29, 0):
+        SchedulingRound.objects.create(
+            started_at=now - timedelta(days=age_days),
+            trigger=RoundTrigger.TIMER,
+            outcome=RoundOutcome.APPLIED,
+        )
+    assert scheduling_rounds_prune(now=now, keep_days=30) == 2
+    ages = sorted(
+        (now - started).days
+        for started in SchedulingRound.objects.values_list("started_at", flat=True)
+    )
+    assert ages == [0, 29]
+
+
+@pytest.mark.django_db
+def test_the_prune_task_keeps_30_days_unless_configured(settings):
+    from datetime import timedelta
+
+    from scheduler.choices import RoundTrigger
+    from scheduler.tasks import scheduling_rounds_prune_task
+
+    now = timezone.now()
+    for age_days in (40, 20):
+        SchedulingRound.objects.create(
+            started_at=now - timedelta(days=age_days),
+            trigger=RoundTrigger.TIMER,
+            outcome=RoundOutcome.APPLIED,
+        )
+    assert scheduling_rounds_prune_task() == 1
+    settings.GPULAB_ROUND_HISTORY_DAYS = 7
+    assert scheduling_rounds_prune_task() == 1
+    assert not SchedulingRound.objects.exists()
+
+
+def test_housekeeping_runs_daily():
+    from config.celery_app import app
+
+    app.loader.import_default_modules()
+    daily = {
+        entry["task"] for entry in app.conf.beat_schedule.values() if entry["schedule"] == 24 * 3600
+    }
+    assert {"housekeeping.sessions_clear", "scheduler.rounds_prune"} <= daily
+    assert daily <= set(app.tasks)
+
+
+@pytest.mark.django_db
+def test_the_sessions_task_deletes_expired_sessions():
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+
+    from config.celery_app import sessions_clear_task
+
+    now = timezone.now()
+    Session.objects.create(session_key="old", session_data="", expire_date=now - timedelta(days=1))
+    Session.objects.create(session_key="new", session_data="", expire_date=now + timedelta(days=1))
+    sessions_clear_task()
+    assert list(Session.objects.values_list("session_key", flat=True)) == ["new"]

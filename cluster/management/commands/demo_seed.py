@@ -59,8 +59,19 @@ DEMO_SCHEDULER = {
 }
 
 
+# Where `make demo` serves the app unless told otherwise (Makefile HOST and PORT).
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
 class Command(BaseCommand):
     help = "Create the demo lab (simulated cluster, admin and students)."
+
+    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+        parser.add_argument(
+            "--url",
+            default=DEFAULT_URL,
+            help=f"The address the demo is served at, shown in the login hint ({DEFAULT_URL}).",
+        )
 
     @transaction.atomic
     def handle(self, *args, **options) -> None:  # type: ignore[no-untyped-def]
@@ -114,9 +125,7 @@ class Command(BaseCommand):
                 f"Demo lab ready: {len(NODES)} nodes, {gpus} GPUs, {submitted} trace jobs queued."
             )
         )
-        self.stdout.write(
-            f"Log in at http://127.0.0.1:8000 with (password for all: {DEMO_PASSWORD}):"
-        )
+        self.stdout.write(f"Log in at {options['url']} with (password for all: {DEMO_PASSWORD}):")
         for username, role, group_names in PEOPLE:
             groups_text = ", ".join(group_names) or "-"
             self.stdout.write(f"  {username:<6} {role.label:<8} groups: {groups_text}")

@@ -169,8 +169,8 @@ def _crowded_cluster(alpha: float, second_needs: int = 1):
 @pytest.mark.parametrize(
     ("alpha", "expected"),
     [
-        # α = 0.5 of 2 active users admits only the lowest-L user: Bob, although Alice's job
-        # is first in priority order.
+        # α = 0.5 of 2 active users admits the lowest-L user first: Bob takes the one free
+        # device, although Alice's job is first in priority order.
         (0.5, {2}),
         # α = 1 is pure efficiency: priority order decides the tie.
         (1.0, {1}),
@@ -179,6 +179,39 @@ def _crowded_cluster(alpha: float, second_needs: int = 1):
 def test_alpha_admits_only_the_lowest_share_users(alpha: float, expected: set[int]) -> None:
     jobs, free, snap = _crowded_cluster(alpha)
     assert set(allox_place(jobs, free, snap)) == expected
+
+
+def test_alpha_orders_users_but_leaves_no_device_idle_that_a_waiting_job_fits() -> None:
+    # Alice holds three of five V100s, Bob none; two are free. α = 0.5 admits Bob first; a
+    # second matching over everyone gives Alice's job the other free device. Only one
+    # matching used to run, so the second free V100 stayed idle until the next round.
+    devs = devices({"n1": ("v100", 5)}, SPEED)
+    alice_running = [running(10 + i, (i,), user="alice") for i in range(3)]
+    jobs = [pending(1, 1, user="alice"), pending(2, 1, user="bob")]
+    snap = snapshot([*alice_running, *jobs], devs, allox_alpha=0.5)
+    placements = allox_place(jobs, [devs[3], devs[4]], snap)
+    assert set(placements) == {1, 2}
+
+
+def test_the_window_bounds_one_matching_not_how_many_jobs_start() -> None:
+    # 12 single-GPU jobs, 12 free devices, a window of 5: three matchings start all twelve.
+    # One matching of the first 5 used to leave 7 devices idle for a round.
+    devs = devices({"n1": ("v100", 8), "n2": ("k80", 4)}, SPEED)
+    jobs = [pending(i, 1, user=f"u{i % 3}") for i in range(1, 13)]
+    snap = snapshot(jobs, devs, allox_alpha=0.5, allox_window=5)
+    placements = allox_place(jobs, devs, snap)
+    assert set(placements) == set(range(1, 13))
+    assert len({d for ids in placements.values() for d in ids}) == 12
+
+
+def test_gangs_left_out_by_packing_are_matched_again_on_what_is_left() -> None:
+    # Two 4-GPU gangs and one free 4-GPU pool on each of two types, both faster on the V100:
+    # the matching puts both on the V100 class (one job per first slot), packing fits one,
+    # and the other, matched again, takes the K80 pool instead of waiting a round.
+    devs = devices({"n1": ("v100", 4), "n2": ("k80", 4)}, SPEED)
+    jobs = [pending(1, 4), pending(2, 4)]
+    placements = allox_place(jobs, devs, snapshot(jobs, devs))
+    assert placed_types(placements, devs) == {1: "v100", 2: "k80"}
 
 
 def test_alpha_doubles_when_nothing_the_admitted_users_have_can_be_placed() -> None:
@@ -509,13 +542,8 @@ def test_a_victims_device_goes_to_the_job_that_claimed_it(extra_v100: bool) -> N
 @pytest.mark.parametrize(
     ("k80_speed", "alpha", "reason"),
     [
-        # α admits one of the two users (equal shares: the first in priority order).
-        (
-            0.9,
-            0.5,
-            "Fairness: AlloX serves users with a smaller share of the cluster first "
-            "(α = 0.5 admits 1 of 2 users this round)",
-        ),
+        # α serves one user first, then the other on what is left: both start.
+        (0.9, 0.5, None),
         (0.9, 1.0, None),  # both start
         # AlloX expects job 3 to finish sooner after job 1 on the V100 than on the K80.
         (0.4, 1.0, "WaitingForFasterType: expected to finish sooner on a v100 than on a free k80"),
@@ -533,3 +561,16 @@ def test_a_job_allox_holds_while_a_device_it_accepts_is_free_says_why(
     decisions = decide(snap)
     assert 1 in started(decisions)
     assert held(decisions).get(3) == reason
+
+
+def test_a_checkpointing_jobs_devices_count_in_its_users_share() -> None:
+    # Alice's preempted job still holds 2 of 4 GPUs while it checkpoints: her share is
+    # half the cluster until it lets go, not nothing.
+    from dataclasses import replace as replace_
+
+    from scheduler.core.types import StoppingJob
+
+    devs = devices({"n1": ("v100", 4)}, SPEED)
+    snap = snapshot([running(1, (0,), user="bob")], devs, busy=[2, 3])
+    snap = replace_(snap, stopping_jobs=(StoppingJob(9, "alice", None, (2, 3)),))
+    assert user_scores(snap) == {"bob": 0.25, "alice": 0.5}

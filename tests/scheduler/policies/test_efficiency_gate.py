@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.types import (
+    Consolidation,
     Decisions,
     Device,
     Hold,
@@ -327,6 +328,50 @@ def test_a_device_nobody_waits_for_is_lent_to_a_job_efficient_enough_there() -> 
     assert "efficiency gate" in held(decisions)[2]
     # Not lent to a job below the floor: a ResNet there makes 0.1 of the K80's worth
     # (test_a_device_the_backlog_needs_for_others_is_left_free_rather_than_wasted).
+
+
+@pytest.mark.parametrize(
+    ("consolidation", "lent"),
+    [("any", {1: (3, 4)}), ("required", {})],  # the two free K80s are on two nodes
+)
+def test_idle_devices_are_lent_to_a_gang_that_fits_them_under_its_consolidation_rule(
+    consolidation: str, lent: dict[int, tuple[int, ...]]
+) -> None:
+    # Only single-GPU jobs were lent devices: a 2-GPU job the gate keeps for V100s waited
+    # while two K80s sat idle (on an empty 1,024-GPU cluster, 250 GPUs).
+    devs = devices(
+        {"nv": ("v100", 2), "nk": ("k80", 1), "nk1": ("k80", 1), "nk2": ("k80", 1)}, SPEED
+    )
+    jobs = [
+        running(9, (0, 1), throughputs=RESNET, attained_service=1e5),
+        running(10, (2,), throughputs=RECOMMENDATION, attained_service=3e6),
+        pending(1, 2, throughputs=HALF_ON_K80, consolidation=Consolidation(consolidation)),
+        pending(2, 1, throughputs=RESNET),
+    ]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    assert allox.efficiency_gate(snap).snapshot.job_by_id[1].accepted_types == ("v100",)
+    assert started(decide(snap)) == lent
+
+
+def test_the_gate_never_narrows_a_job_to_a_type_too_small_to_hold_it() -> None:
+    # A 2-GPU job most efficient on V100s, in a lab with one V100: narrowed to it, it was
+    # held "TypeUnavailable: the cluster has fewer than 2 schedulable v100" for as long as
+    # any job waited. It keeps its K80s and starts there.
+    devs = devices(
+        {"nv": ("v100", 1), "nk": ("k80", 1), "nk1": ("k80", 1), "nk2": ("k80", 1)}, SPEED
+    )
+    jobs = [
+        running(9, (0,), throughputs=RESNET, attained_service=1e5),
+        running(10, (1,), throughputs=RECOMMENDATION, attained_service=3e6),
+        pending(1, 2, throughputs=HALF_ON_K80),
+        pending(2, 1, throughputs=RESNET),
+    ]
+    snap = snapshot(jobs, devs, placement=PlacementKind.ALLOX)
+    gate = allox.efficiency_gate(snap)
+    assert gate.prices is not None
+    assert gate.snapshot.job_by_id[2].accepted_types == ("v100",)  # the gate is on
+    assert gate.snapshot.job_by_id[1].accepted_types == ()
+    assert started(decide(snap)) == {1: (2, 3)}
 
 
 def test_a_lent_device_goes_back_when_a_job_the_gate_sends_there_waits() -> None:

@@ -1,0 +1,63 @@
+"""Login forms that refuse brute force: the site's login page and the Django admin's."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
+from django.views.decorators.debug import sensitive_variables
+
+from .lockout import (
+    client_ip,
+    lockout_message,
+    login_failure_record,
+    login_failures_clear,
+    login_locked_until,
+)
+
+
+class LoginLockoutMixin:
+    """For an AuthenticationForm: refuse a locked-out username or address before the
+    password is checked, count wrong passwords, and clear the count on success.
+
+    `locked_until` is set when the attempt was refused, so the view can answer 429
+    (accounts.views.login_lockout_status).
+    """
+
+    locked_until: datetime | None = None
+
+    @sensitive_variables()
+    def clean(self) -> dict[str, Any]:
+        username = self.cleaned_data.get("username") or ""  # type: ignore[attr-defined]
+        ip = client_ip(self.request)  # type: ignore[attr-defined]
+        self.locked_until = login_locked_until(username=username, ip=ip)
+        if self.locked_until is not None:
+            raise ValidationError(lockout_message(self.locked_until), code="locked_out")
+        try:
+            cleaned = super().clean()  # type: ignore[misc]
+        except ValidationError:
+            # user_cache is None: no user has this name and password. Otherwise the
+            # password was right and the account may not log in here (inactive, or not
+            # staff on the admin's form): not a guess, so not counted.
+            # The attempt that reaches the limit still gets the plain answer; the next
+            # ones are refused.
+            if self.user_cache is None:  # type: ignore[attr-defined]
+                login_failure_record(username=username, ip=ip)
+            raise
+        if self.user_cache is not None:  # type: ignore[attr-defined]
+            login_failures_clear(username=username)
+        return cleaned
+
+
+class LoginForm(LoginLockoutMixin, AuthenticationForm):
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": "Wrong user name or password.",
+    }
+
+
+class AdminLoginForm(LoginLockoutMixin, AdminAuthenticationForm):
+    pass
