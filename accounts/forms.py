@@ -13,15 +13,17 @@ from django.views.decorators.debug import sensitive_variables
 from .lockout import (
     client_ip,
     lockout_message,
+    login_attempt_release,
+    login_attempt_reserve,
     login_failure_record,
-    login_failures_clear,
-    login_locked_until,
+    login_success_record,
 )
 
 
 class LoginLockoutMixin:
-    """For an AuthenticationForm: refuse a locked-out username or address before the
-    password is checked, count wrong passwords, and clear the count on success.
+    """For an AuthenticationForm: reserve the attempt (accounts.lockout) before the
+    password is checked, refusing a locked-out username/address pair or address; keep
+    wrong passwords counted, and clear the pair on success.
 
     `locked_until` is set when the attempt was refused, so the view can answer 429
     (accounts.views.login_lockout_status).
@@ -32,23 +34,26 @@ class LoginLockoutMixin:
     @sensitive_variables()
     def clean(self) -> dict[str, Any]:
         username = self.cleaned_data.get("username") or ""  # type: ignore[attr-defined]
+        if not username or not self.cleaned_data.get("password"):  # type: ignore[attr-defined]
+            # No password is checked (the field errors say what is missing): nothing to count.
+            return super().clean()  # type: ignore[misc]
         ip = client_ip(self.request)  # type: ignore[attr-defined]
-        self.locked_until = login_locked_until(username=username, ip=ip)
+        self.locked_until = login_attempt_reserve(username=username, ip=ip)
         if self.locked_until is not None:
             raise ValidationError(lockout_message(self.locked_until), code="locked_out")
         try:
             cleaned = super().clean()  # type: ignore[misc]
         except ValidationError:
-            # user_cache is None: no user has this name and password. Otherwise the
-            # password was right and the account may not log in here (inactive, or not
-            # staff on the admin's form): not a guess, so not counted.
-            # The attempt that reaches the limit still gets the plain answer; the next
-            # ones are refused.
+            # user_cache is None: no user has this name and password, a guess that stays
+            # counted. The attempt that reaches the limit still gets the plain answer; the
+            # next ones are refused. Otherwise the password was right and the account may
+            # not log in here (inactive, or not staff on the admin's form): not a guess.
             if self.user_cache is None:  # type: ignore[attr-defined]
                 login_failure_record(username=username, ip=ip)
+            else:
+                login_attempt_release(username=username, ip=ip)
             raise
-        if self.user_cache is not None:  # type: ignore[attr-defined]
-            login_failures_clear(username=username)
+        login_success_record(username=username, ip=ip)
         return cleaned
 
 

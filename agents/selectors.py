@@ -93,7 +93,7 @@ def attempts_overdue(
 
 
 # A STARTING job's reason while its launch task was never sent (the broker refused it):
-# written by `scheduler.services.launch_undelivered_mark`, cleared once it is sent.
+# written by `agents.services.launch_undelivered_mark`, cleared once it is sent.
 LAUNCH_UNDELIVERED_REASON = (
     "Launch not sent yet: the task queue was unreachable. The next node poll asks again."
 )

@@ -40,7 +40,14 @@ from scheduler.triggers import round_request_on_commit
 
 from . import runtimes, simulated
 from .models import NodeHostKey
-from .selectors import LiveAttempt, devices_of_attempt, live_attempts_on_node, node_of_attempt
+from .selectors import (
+    LAUNCH_UNDELIVERED_REASON,
+    LiveAttempt,
+    devices_of_attempt,
+    launches_undelivered,
+    live_attempts_on_node,
+    node_of_attempt,
+)
 from .ssh import HostKeyRefused, NodeSession, node_ssh
 
 logger = logging.getLogger(__name__)
@@ -738,3 +745,50 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
     reason = node.state_reason if back_to != NodeState.UP else ""
     _node_set_state(node_id=node_id, to_state=back_to, reason=reason, expected=[NodeState.DOWN])
     return stale
+
+
+def launch_undelivered_mark(*, job_id: int, attempt: int) -> None:
+    """Record on a STARTING job that its launch was never sent to a worker.
+
+    Recorded in the database, not in Redis: the broker that refused the task is usually
+    Redis itself. The job's reason carries it (a STARTING job has no other reason), so
+    its owner sees why it is not starting yet. Only attempts on real nodes: a simulated
+    launch runs in-process and has no task to lose. Never raises.
+    """
+    try:
+        Job.objects.filter(
+            pk=job_id,
+            attempt=attempt,
+            state=JobState.STARTING,
+            allocations__attempt=attempt,
+            allocations__device__node__simulated=False,
+        ).update(reason=LAUNCH_UNDELIVERED_REASON)
+    except Exception:
+        logger.exception("Job %s attempt %s: its lost launch was not recorded.", job_id, attempt)
+
+
+def undelivered_launches_request() -> list[tuple[int, int]]:
+    """Ask again for the launches a round could not send; returns those sent now.
+
+    Each one is un-marked once its task is on the queue; one that fails again keeps its
+    mark for the next poll. No launch task of these ever reached a worker, so none is
+    under way to race the one sent here (on the node, a launch is idempotent anyway).
+    """
+    sent: list[tuple[int, int]] = []
+    for job_id, attempt in launches_undelivered():
+        try:
+            agent_launch_request(job_id=job_id, attempt=attempt)
+        except Exception:
+            logger.warning(
+                "Launch of job %s attempt %s still not sent; the next poll tries again.",
+                job_id, attempt, exc_info=True,
+            )  # fmt: skip
+            continue
+        # Whatever state the launch has taken the job to meanwhile, the mark goes.
+        Job.objects.filter(pk=job_id, attempt=attempt, reason=LAUNCH_UNDELIVERED_REASON).update(
+            reason=""
+        )
+        sent.append((job_id, attempt))
+    if sent:
+        logger.info("Launches sent again after a lost dispatch: %s", sent)
+    return sent

@@ -14,12 +14,12 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from cluster.services import node_drain_settle
 from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
-from scheduler.services import undelivered_launches_request
 
 from .heartbeats import metrics_rollup
 from .selectors import attempts_overdue, nodes_to_poll
@@ -32,6 +32,7 @@ from .services import (
     launch_time_limit_seconds,
     node_liveness_sweep,
     node_return_reconcile,
+    undelivered_launches_request,
 )
 from .simulated import simulated_heartbeats
 from .ssh import HostKeyRefused, NodeUnreachable, SshMisconfigured
@@ -86,12 +87,44 @@ def agent_stop_task(self, job_id: int, attempt: int, grace_seconds: int) -> None
 
 @shared_task(name="agents.node_poll", time_limit=STOPPING_TIME_LIMIT)
 def agent_node_poll_task(node_id: int) -> dict[str, int] | None:
+    # One poll of a node at a time: a poll stopping a stale attempt waits a grace period,
+    # and the polls queued every 10 s meanwhile would each stop it again, filling the SSH
+    # worker's slots. A poll finding another under way leaves the node to it.
+    key = f"agents:node-poll:{node_id}"
+    if not _cache_add(key, timeout=STOPPING_TIME_LIMIT):
+        return None
     grace = scheduler_config_get().preemption_grace_seconds
     try:
         return agent_node_poll(node_id=node_id, grace_seconds=grace)
     except SshMisconfigured as exc:
         _misconfigured(exc, f"the poll of node {node_id}")
         return None
+    finally:
+        _cache_delete(key)
+
+
+def _cache_add(key: str, *, timeout: float) -> bool:
+    """`cache.add`, failing open: without the cache the guard is skipped, not the work."""
+    try:
+        return bool(cache.add(key, 1, timeout=int(timeout)))
+    except Exception:
+        logger.warning("Guard %s skipped: the cache is unreachable.", key, exc_info=True)
+        return True
+
+
+def _cache_delete(key: str) -> None:
+    try:
+        cache.delete(key)
+    except Exception:
+        logger.warning("Guard %s not cleared: the cache is unreachable.", key, exc_info=True)
+
+
+def _resend_due(kind: str, job_id: int, attempt: int, every: timedelta) -> bool:
+    """Whether to ask again for an attempt's overdue launch or stop: at most once per
+    `every`. Nothing in the database moves when a task is re-sent, so an overdue attempt
+    stayed overdue and got a copy on every 10 s poll, racing the re-sent launch's image
+    pull on the node."""
+    return _cache_add(f"agents:resent:{kind}:{job_id}:{attempt}", timeout=every.total_seconds())
 
 
 # The poll is asked for every POLL_INTERVAL_SECONDS (config/celery_app.py). One that no
@@ -111,19 +144,19 @@ def agent_poll_all_task() -> int:
         agent_node_poll_task.apply_async(
             kwargs={"node_id": node_id}, expires=NODE_POLL_EXPIRES_SECONDS
         )
-    sent_again = set(undelivered_launches_request())
     grace = scheduler_config_get().preemption_grace_seconds
-    overdue = attempts_overdue(
-        now=timezone.now(),
-        launch_after=timedelta(seconds=2 * settings.GPULAB_LAUNCH_TIMEOUT_SECONDS),
-        stop_after=timedelta(seconds=grace + 2 * settings.GPULAB_SSH_TIMEOUT_SECONDS + 60),
-    )
+    launch_after = timedelta(seconds=2 * settings.GPULAB_LAUNCH_TIMEOUT_SECONDS)
+    stop_after = timedelta(seconds=grace + 2 * settings.GPULAB_SSH_TIMEOUT_SECONDS + 60)
+    for job_id, attempt in undelivered_launches_request():
+        # Sent a moment ago: the overdue sweep leaves it alone for as long as any launch.
+        _resend_due("launch", job_id, attempt, launch_after)
+    overdue = attempts_overdue(now=timezone.now(), launch_after=launch_after, stop_after=stop_after)
     for job_id, attempt in overdue.launches:
-        if (job_id, attempt) in sent_again:
-            continue  # sent a moment ago: a second copy could race it on the node
-        agent_launch_task.delay(job_id=job_id, attempt=attempt)
+        if _resend_due("launch", job_id, attempt, launch_after):
+            agent_launch_task.delay(job_id=job_id, attempt=attempt)
     for job_id, attempt in overdue.stops:
-        agent_stop_task.delay(job_id=job_id, attempt=attempt, grace_seconds=grace)
+        if _resend_due("stop", job_id, attempt, stop_after):
+            agent_stop_task.delay(job_id=job_id, attempt=attempt, grace_seconds=grace)
     return len(node_ids)
 
 

@@ -38,7 +38,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     response = exception_handler(exc, context)
     if response is not None and isinstance(exc, drf_exceptions.APIException):
         body = response.data
-        if isinstance(body, dict) and set(body) == {"detail"}:
+        # A string `detail` is DRF's `{"detail": "..."}`; a list is a rejected body field
+        # that happens to be named `detail`, which keeps the field shape without a `code`.
+        if isinstance(body, dict) and set(body) == {"detail"} and isinstance(body["detail"], str):
             detail = exc.detail
             body["code"] = getattr(detail, "code", None) or exc.default_code
     return response
@@ -52,16 +54,46 @@ class ErrorOutput(serializers.Serializer):
 
 
 # `{"<field>": ["message", ...]}`: input rejected, each bad field (or parameter) named.
+_FIELD_ERRORS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+    "example": {"num_gpus": ["A whole number, 1 or more."]},
+}
 FIELD_ERRORS = OpenApiResponse(
-    response={
-        "type": "object",
-        "additionalProperties": {"type": "array", "items": {"type": "string"}},
-        "example": {"num_gpus": ["A whole number, 1 or more."]},
-    },
+    response=_FIELD_ERRORS_SCHEMA,
     description="Input rejected: each bad field or query parameter with its messages.",
+)
+
+# An operation that reads a JSON body also answers 400 before any field is looked at: a
+# body that is not JSON, or nests too deep (`config.text_guards`), is `parse_error`. The
+# two shapes cannot both match (a field's value is a list, `detail` here a string).
+BAD_BODY = OpenApiResponse(
+    response={
+        "oneOf": [
+            _FIELD_ERRORS_SCHEMA,
+            {
+                "type": "object",
+                "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
+                "required": ["detail", "code"],
+                "example": {"detail": "JSON nested too deeply.", "code": "parse_error"},
+            },
+        ]
+    },
+    description=(
+        "Input rejected: each bad field or query parameter with its messages, or, for a "
+        'body that is not JSON or nests too deeply, `{"detail", "code": "parse_error"}`.'
+    ),
 )
 
 
 def error_response(description: str) -> OpenApiResponse:
     """A documented `{"detail", "code"}` response of an operation."""
     return OpenApiResponse(response=ErrorOutput, description=description)
+
+
+# Every /api/v1/ operation needs credentials (DRF's IsAuthenticated, or a node's token for
+# the heartbeat); each lists this as its 401.
+NOT_AUTHENTICATED = error_response(
+    "No credentials (`not_authenticated`) or a wrong, revoked or expired one "
+    "(`authentication_failed`)."
+)

@@ -2,7 +2,8 @@
 
 A misspelt filter (`?sate=PENDING`, `?status=PENDING`) or one the API does not have
 (`?page_size=1`) silently answered with everything; refusing it names the mistake, as an
-unknown body field is refused in a submission.
+unknown body field is refused in a submission. So is a parameter that takes one value given
+twice (`?page=abc&page=1`): Django's `get` quietly answers with the last one.
 """
 
 from __future__ import annotations
@@ -19,13 +20,27 @@ ALWAYS_ALLOWED = frozenset({"format"})
 PAGE_MESSAGE = "A page number, 1 or more."
 
 
-def query_params_check(request: Request, *, allowed: Iterable[str]) -> None:
-    """ValidationFailed naming each query parameter the endpoint does not take."""
+def query_params_check(
+    request: Request, *, allowed: Iterable[str], repeatable: Iterable[str] = ()
+) -> None:
+    """ValidationFailed naming each query parameter the endpoint does not take, and each
+    one given more than once that is not in `repeatable` (`?state=A&state=B`)."""
     known = sorted(set(allowed))
-    unknown = sorted(set(request.query_params) - set(known) - ALWAYS_ALLOWED)
+    params = request.query_params
+    unknown = sorted(set(params) - set(known) - ALWAYS_ALLOWED)
+    errors: dict[str, list[str]] = {}
     if unknown:
         hint = f"Known: {', '.join(known)}." if known else "This endpoint takes none."
-        raise ValidationFailed({name: [f"Unknown query parameter. {hint}"] for name in unknown})
+        errors |= {name: [f"Unknown query parameter. {hint}"] for name in unknown}
+    multi = set(repeatable)
+    repeated = [
+        name
+        for name in sorted(params)
+        if name not in errors and name not in multi and len(params.getlist(name)) > 1
+    ]
+    errors |= {name: ["Given more than once; it takes one value."] for name in repeated}
+    if errors:
+        raise ValidationFailed(errors)
 
 
 def query_list(request: Request, name: str) -> list[str]:

@@ -249,7 +249,13 @@ def job_transition(
     """
     with transaction.atomic():
         row = Job.objects.filter(pk=job_id).values(
-            "state", "attempt", "pending_since", "owner_id", "group_id", "executed_since_promotion"
+            "state",
+            "attempt",
+            "pending_since",
+            "retry_not_before",
+            "owner_id",
+            "group_id",
+            "executed_since_promotion",
         )
         current = row.first()
         if current is None:
@@ -318,10 +324,7 @@ def _accounting_updates(
     # promotion only after the job has run; see scheduler.core.accounting.advance_pending.
     has_run = current["executed_since_promotion"] > 0
     if from_state == JobState.PENDING and current["pending_since"] is not None and has_run:
-        retry_not_before = (
-            Job.objects.filter(pk=job_id).values_list("retry_not_before", flat=True).first()
-        )
-        since = eligible_since(current["pending_since"], retry_not_before)
+        since = eligible_since(current["pending_since"], current["retry_not_before"])
         waited = max((now - since).total_seconds(), 0.0)
         updates["waiting_since_promotion"] = F("waiting_since_promotion") + waited
     if to_state == JobState.PENDING:

@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 from django.db import connection
 from django.http import HttpRequest
 
-from dashboard.forms import ConcurrentEditForm
+from config.forms import ConcurrentEditForm
 
 from .models import SchedulerConfig, SchedulingRound
 from .settings_services import EDITABLE_FIELDS, scheduler_config_update

@@ -88,7 +88,12 @@ def iterate(
     node_drain_settle()  # a drained demo node whose last job left becomes DRAINED
     if event or changes or now >= last_round + config.round_interval_seconds:
         trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER
-        scheduling_round_run(trigger=trigger)
+        try:
+            scheduling_round_run(trigger=trigger)
+        except Exception:
+            # Recorded as a failed round already; like beat's timer, wait an interval
+            # before the next try instead of one every tick, and keep the pages fed.
+            logger.exception("Embedded scheduling round failed")
         last_round = now
     if now >= next_aggregates:
         metrics_rollup()

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.selectors import LAUNCH_UNDELIVERED_REASON, launches_undelivered
 from cluster.choices import NodeState
 from cluster.models import Device, Node
 from config.errors import ApplicationError
@@ -337,7 +336,7 @@ def _dispatch_to_agents(result: ApplyResult, grace_seconds: int) -> None:
     the next node poll asks for it again (`undelivered_launches_request`); a lost stop
     is asked for again once its job has been PREEMPTING too long (`attempts_overdue`).
     """
-    from agents.services import agent_launch_request, agent_stop_request
+    from agents.services import agent_launch_request, agent_stop_request, launch_undelivered_mark
 
     for job_id, attempt in result.preempted:
         try:
@@ -350,55 +349,6 @@ def _dispatch_to_agents(result: ApplyResult, grace_seconds: int) -> None:
         except Exception:
             logger.exception("Launch request for job %s attempt %s failed.", job_id, attempt)
             launch_undelivered_mark(job_id=job_id, attempt=attempt)
-
-
-def launch_undelivered_mark(*, job_id: int, attempt: int) -> None:
-    """Record on a STARTING job that its launch was never sent to a worker.
-
-    Recorded in the database, not in Redis: the broker that refused the task is usually
-    Redis itself. The job's reason carries it (a STARTING job has no other reason), so
-    its owner sees why it is not starting yet. Only attempts on real nodes: a simulated
-    launch runs in-process and has no task to lose. Never raises.
-    """
-    try:
-        Job.objects.filter(
-            pk=job_id,
-            attempt=attempt,
-            state=JobState.STARTING,
-            allocations__attempt=attempt,
-            allocations__device__node__simulated=False,
-        ).update(reason=LAUNCH_UNDELIVERED_REASON)
-    except Exception:
-        logger.exception("Job %s attempt %s: its lost launch was not recorded.", job_id, attempt)
-
-
-def undelivered_launches_request() -> list[tuple[int, int]]:
-    """Ask again for the launches a round could not send; returns those sent now.
-
-    Each one is un-marked once its task is on the queue; one that fails again keeps its
-    mark for the next poll. No launch task of these ever reached a worker, so none is
-    under way to race the one sent here (on the node, a launch is idempotent anyway).
-    """
-    from agents.services import agent_launch_request
-
-    sent: list[tuple[int, int]] = []
-    for job_id, attempt in launches_undelivered():
-        try:
-            agent_launch_request(job_id=job_id, attempt=attempt)
-        except Exception:
-            logger.warning(
-                "Launch of job %s attempt %s still not sent; the next poll tries again.",
-                job_id, attempt, exc_info=True,
-            )  # fmt: skip
-            continue
-        # Whatever state the launch has taken the job to meanwhile, the mark goes.
-        Job.objects.filter(pk=job_id, attempt=attempt, reason=LAUNCH_UNDELIVERED_REASON).update(
-            reason=""
-        )
-        sent.append((job_id, attempt))
-    if sent:
-        logger.info("Launches sent again after a lost dispatch: %s", sent)
-    return sent
 
 
 def scheduling_rounds_prune(*, now: datetime, keep_days: int) -> int:

@@ -77,6 +77,16 @@ def test_a_validation_error_keeps_its_field_shape(owner, small_cluster, api_as):
 
 
 @pytest.mark.django_db
+def test_a_body_field_named_detail_keeps_the_field_shape_without_a_code(
+    owner, small_cluster, api_as
+):
+    # `{"detail": [...]}` is a rejected field, not DRF's `{"detail": "..."}`: no `code`.
+    response = api_as(owner).post("/api/v1/jobs/", {**SUBMIT, "detail": "x"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"detail": ["Unknown field."]}
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("path", "known"),
     [
@@ -93,6 +103,52 @@ def test_an_unknown_query_parameter_is_named_on_every_list_endpoint(lab_admin, a
     hint = f"Known: {known}." if known else "This endpoint takes none."
     assert response.json() == {"windw": [f"Unknown query parameter. {hint}"]}
     assert api_as(lab_admin).get(f"{path}?format=json").status_code == 200
+
+
+@pytest.mark.django_db
+def test_an_unknown_query_parameter_is_named_on_detail_cancel_and_logs(
+    owner, small_cluster, api_as
+):
+    client = api_as(owner)
+    job = client.post("/api/v1/jobs/", SUBMIT, format="json").json()["id"]
+    none = {"bogus": ["Unknown query parameter. This endpoint takes none."]}
+    assert client.get(f"/api/v1/jobs/{job}/?bogus=1").json() == none
+    assert client.post(f"/api/v1/jobs/{job}/cancel/?bogus=1").json() == none
+    assert Job.objects.get(pk=job).state == "PENDING"  # refused before anything was done
+    assert client.post("/api/v1/jobs/?bogus=1", SUBMIT, format="json").json() == none
+    logs = client.get(f"/api/v1/agents/jobs/{job}/logs/?steam=stderr")
+    assert logs.status_code == 400
+    assert logs.json() == {"steam": ["Unknown query parameter. Known: stream."]}
+    # `stream` itself passes the check: the job has not started, so there is no log yet.
+    assert client.get(f"/api/v1/agents/jobs/{job}/logs/?stream=stderr").status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "query", "name"),
+    [
+        ("/api/v1/jobs/", "page=abc&page=1", "page"),
+        ("/api/v1/jobs/", "owner=alice&owner=bob", "owner"),
+        ("/api/v1/queue/", "page=abc&page=1", "page"),
+        ("/api/v1/utilization/", "window=1y&window=7d", "window"),
+        ("/api/v1/fairness/", "window=7d&window=24h", "window"),
+        ("/api/v1/usage/", "start=2026-01-01&start=2026-01-02", "start"),
+        ("/api/v1/jobs/1/", "format=json&format=json", "format"),
+    ],
+)
+def test_a_single_value_parameter_given_twice_is_a_400_naming_it(
+    lab_admin, api_as, path, query, name
+):
+    # Django's `get` answers with the last value: `page=abc&page=1` was silently page 1.
+    response = api_as(lab_admin).get(f"{path}?{query}")
+    assert response.status_code == 400
+    assert response.json() == {name: ["Given more than once; it takes one value."]}
+
+
+@pytest.mark.django_db
+def test_state_stays_repeatable(owner, api_as):
+    response = api_as(owner).get("/api/v1/jobs/?state=PENDING&state=RUNNING")
+    assert response.status_code == 200
 
 
 # ---------------------------------------------------------------- answered outside DRF

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import authentication, exceptions, permissions
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import authentication, exceptions, permissions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import FIELD_ERRORS
+from config.api_errors import (
+    BAD_BODY,
+    FIELD_ERRORS,
+    NOT_AUTHENTICATED,
+    ErrorOutput,
+    error_response,
+)
+from config.api_params import query_params_check
 from config.errors import NotFound, ValidationFailed
 from config.throttling import FailOpenThrottle
 from jobs.selectors import job_get_for_user
@@ -66,7 +73,16 @@ class AgentHeartbeatApi(APIView):
     permission_classes = [IsNodeAgent]
     throttle_classes = [PerNodeThrottle]
 
-    @extend_schema(summary="Node agent heartbeat", request=HeartbeatInput, responses={200: dict})
+    @extend_schema(
+        summary="Node agent heartbeat",
+        request=HeartbeatInput,
+        responses={
+            200: dict,
+            400: BAD_BODY,
+            401: NOT_AUTHENTICATED,
+            429: error_response("Too many heartbeats from this node (`throttled`)."),
+        },
+    )
     def post(self, request: Request) -> Response:
         serializer = HeartbeatInput(data=request.data)
         if not serializer.is_valid():
@@ -74,6 +90,19 @@ class AgentHeartbeatApi(APIView):
             raise exceptions.ValidationError(serializer.errors)
         result = agent_heartbeat_record(node=request.auth, heartbeat=serializer.validated_data)
         return Response(result)
+
+
+class LogTailOutput(serializers.Serializer):
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    stream = serializers.ChoiceField(choices=list(LOG_STREAMS))
+    text = serializers.CharField()
+
+
+class LogsUnavailableOutput(ErrorOutput):
+    cause = serializers.CharField(
+        required=False, help_text="Admins only: why the node could not be read."
+    )
 
 
 class JobLogsApi(APIView):
@@ -88,9 +117,19 @@ class JobLogsApi(APIView):
                 "stream", str, enum=list(LOG_STREAMS), default="stdout", description="Which log."
             )
         ],
-        responses={200: dict, 400: FIELD_ERRORS, 404: dict, 503: dict},
+        responses={
+            200: LogTailOutput,
+            400: FIELD_ERRORS,
+            401: NOT_AUTHENTICATED,
+            404: error_response("No such job of yours, or it has not started (`not_found`)."),
+            503: OpenApiResponse(
+                response=LogsUnavailableOutput,
+                description="The node could not be read (`logs_unavailable`).",
+            ),
+        },
     )
     def get(self, request: Request, job_id: int) -> Response:
+        query_params_check(request, allowed=["stream"])
         job = job_get_for_user(user=request.user, job_id=job_id)
         stream = request.query_params.get("stream", "stdout")
         if stream not in LOG_STREAMS:

@@ -222,7 +222,8 @@ CELERY_TASK_ROUTES = ("config.celery_app.task_route",)
 # Fair-share usage decays with this half-life (algorithms.md §2: 7 days).
 GPULAB_USAGE_HALF_LIFE_HOURS = env_int("GPULAB_USAGE_HALF_LIFE_HOURS", 168, minimum=1)
 # Password logins (site and Django admin): this many failures within the lockout window
-# lock the username or client address out for the window (accounts/lockout.py).
+# lock that username out from that client address for the window; an address is locked
+# for every username at ten times as many (accounts/lockout.py).
 GPULAB_LOGIN_MAX_FAILURES = env_int("GPULAB_LOGIN_MAX_FAILURES", 10, minimum=1)
 GPULAB_LOGIN_LOCKOUT_SECONDS = env_int("GPULAB_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
 # Reverse proxies in front of gunicorn whose X-Forwarded-For is trusted for the client's

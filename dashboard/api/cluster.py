@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cluster.choices import NodeState, Runtime
-from config.api_errors import FIELD_ERRORS
+from config.api_errors import FIELD_ERRORS, NOT_AUTHENTICATED
 from config.api_params import query_params_check
 
 from ..selectors.cluster import cluster_overview
@@ -86,7 +86,7 @@ class ClusterApi(APIView):
             "holding it and its newest reading. Admins see every holding job and owner; "
             "students see the job id only on devices their own jobs hold."
         ),
-        responses={200: ClusterOutput, 400: FIELD_ERRORS},
+        responses={200: ClusterOutput, 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )
     def get(self, request: Request) -> Response:
         query_params_check(request, allowed=[])

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import FIELD_ERRORS
+from config.api_errors import FIELD_ERRORS, NOT_AUTHENTICATED
 from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
@@ -78,12 +78,13 @@ class FairnessApi(APIView):
             "appear in the order as a rank only)."
         ),
         parameters=[OpenApiParameter("window", str, enum=list(WINDOWS), default=DEFAULT_WINDOW)],
-        responses={200: FairnessOutput, 400: FIELD_ERRORS},
+        responses={200: FairnessOutput, 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )
     def get(self, request: Request) -> Response:
         query_params_check(request, allowed=["window"])
         raw = request.query_params.get("window")
-        window = DEFAULT_WINDOW if raw in (None, "") else window_parse(raw)
+        # Absent means the default; empty is refused, as on /api/v1/utilization/.
+        window = DEFAULT_WINDOW if raw is None else window_parse(raw)
         if window is None:
             raise ValidationFailed({"window": [f"Choose one of: {', '.join(WINDOWS)}."]})
         report = fairness_report(viewer=request.user, window=window)

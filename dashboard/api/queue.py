@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import FIELD_ERRORS
+from config.api_errors import FIELD_ERRORS, NOT_AUTHENTICATED
 from config.api_params import page_get, page_number_parse, query_params_check
 
 from ..selectors import queue as queue_selectors
@@ -61,7 +61,7 @@ class QueueApi(APIView):
             "entries without owner, name or id."
         ),
         parameters=[OpenApiParameter("page", int, description="Page of the pending list.")],
-        responses={200: QueueOutput, 400: FIELD_ERRORS},
+        responses={200: QueueOutput, 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )
     def get(self, request: Request) -> Response:
         query_params_check(request, allowed=["page"])

@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import FIELD_ERRORS, error_response
+from config.api_errors import FIELD_ERRORS, NOT_AUTHENTICATED, error_response
 from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
@@ -48,6 +48,7 @@ class UsageApi(APIView):
         responses={
             200: UsageReportOutput,
             400: FIELD_ERRORS,
+            401: NOT_AUTHENTICATED,
             403: error_response("Lab admins only."),
         },
     )

@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import FIELD_ERRORS
+from config.api_errors import FIELD_ERRORS, NOT_AUTHENTICATED
 from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
@@ -107,7 +107,7 @@ class UtilizationApi(APIView):
                 "window", str, enum=list(WINDOWS), default=DEFAULT_WINDOW.key, required=False
             )
         ],
-        responses={200: UtilizationOutput, 400: FIELD_ERRORS},
+        responses={200: UtilizationOutput, 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )
     def get(self, request: Request) -> Response:
         query_params_check(request, allowed=["window"])

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.models import User
-from config.api_errors import FIELD_ERRORS, error_response
+from config.api_errors import BAD_BODY, FIELD_ERRORS, NOT_AUTHENTICATED, error_response
 from config.api_params import page_get, page_number_parse, query_list, query_params_check
 from config.errors import ValidationFailed
 from config.throttling import FailOpenScopedRateThrottle
@@ -26,6 +26,7 @@ from ..models import Job
 from .serializers import JobDetailOutput, JobOutput, JobSubmitInput
 
 LIST_PARAMETERS = ("state", "owner", "group", "page")
+REPEATABLE_PARAMETERS = ("state",)
 
 
 class JobPagination(PageNumberPagination):
@@ -51,7 +52,8 @@ class JobListCreateApi(APIView):
         summary="List jobs",
         description=(
             "Students see their own jobs; admins see everyone's. Newest first, 50 a page. "
-            "An unknown query parameter is a 400 naming it."
+            "An unknown query parameter, or one other than `state` given twice, is a 400 "
+            "naming it."
         ),
         parameters=[
             OpenApiParameter(
@@ -65,10 +67,10 @@ class JobListCreateApi(APIView):
             OpenApiParameter("owner", str, description="Owner's user name."),
             OpenApiParameter("group", str, description="Lab group name."),
         ],
-        responses={200: JobOutput(many=True), 400: FIELD_ERRORS},
+        responses={200: JobOutput(many=True), 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )
     def get(self, request: Request) -> Response:
-        query_params_check(request, allowed=LIST_PARAMETERS)
+        query_params_check(request, allowed=LIST_PARAMETERS, repeatable=REPEATABLE_PARAMETERS)
         states = query_list(request, "state")
         unknown = [state for state in states if state not in JobState.values]
         if unknown:
@@ -97,11 +99,16 @@ class JobListCreateApi(APIView):
         request=JobSubmitInput,
         responses={
             201: JobDetailOutput,
-            400: FIELD_ERRORS,
-            429: error_response("Too many submissions a minute (`throttled`)."),
+            400: BAD_BODY,
+            401: NOT_AUTHENTICATED,
+            429: error_response(
+                "Too many submissions a minute (`throttled`). A full pending-jobs quota is "
+                "a 400 naming `quota`."
+            ),
         },
     )
     def post(self, request: Request) -> Response:
+        query_params_check(request, allowed=[])
         serializer = JobSubmitInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         job = services.job_submit(
@@ -113,9 +120,15 @@ class JobListCreateApi(APIView):
 class JobDetailApi(APIView):
     @extend_schema(
         summary="One job with its event history",
-        responses={200: JobDetailOutput, 404: error_response("No such job of yours.")},
+        responses={
+            200: JobDetailOutput,
+            400: FIELD_ERRORS,
+            401: NOT_AUTHENTICATED,
+            404: error_response("No such job of yours."),
+        },
     )
     def get(self, request: Request, job_id: int) -> Response:
+        query_params_check(request, allowed=[])
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         return Response(jobs_data([job], user=request.user)[0])
 
@@ -126,11 +139,14 @@ class JobCancelApi(APIView):
         request=None,
         responses={
             200: JobDetailOutput,
+            400: FIELD_ERRORS,
+            401: NOT_AUTHENTICATED,
             404: error_response("No such job of yours."),
             409: error_response("The job already ended (`illegal_transition`)."),
         },
     )
     def post(self, request: Request, job_id: int) -> Response:
+        query_params_check(request, allowed=[])
         job = services.job_cancel(job_id=job_id, by=request.user)
         return Response(jobs_data([job], user=request.user)[0])
 

@@ -1,5 +1,6 @@
-"""Login lockouts live in the shared Redis cache, keyed by username and address: each
-test here starts and ends without any, so no count leaks into another test."""
+"""Login lockouts live in the shared Redis cache, keyed by (username, address) pair and
+by address: each test here starts and ends without any, so no count leaks into another
+test. Clearing a username clears it from every address, an address every username."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ USERNAMES = ("alice", "bob", "carol", "root", "dave", "nobody")
 def _clear_lockouts() -> None:
     for username in USERNAMES:
         login_failures_clear(username=username)
-    for address in ("127.0.0.1", "203.0.113.7", "203.0.113.8", "198.51.100.1"):
+    for address in (
+        "127.0.0.1",
+        "203.0.113.7",
+        "203.0.113.8",
+        "198.51.100.1",
+        "192.0.2.55",
+        "192.0.2.56",
+    ):
         login_failures_clear(ip=address)
 
 

@@ -183,6 +183,26 @@ def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.1):  # typ
         time.sleep(interval)
 
 
+@pytest.fixture(autouse=True)
+def _no_agent_guards() -> Iterator[None]:
+    """The agents' Redis guards (one poll per node, re-sends at most once per interval)
+    start empty: their keys name job and node ids, which a later run with the same run id
+    reuses in its fresh database."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    pattern = f"{settings.CACHES['default']['KEY_PREFIX']}:*:agents:*"
+
+    def clear() -> None:
+        keys = list(client.scan_iter(match=pattern))
+        if keys:
+            client.delete(*keys)
+
+    clear()
+    yield
+    clear()
+
+
 @pytest.fixture
 def fresh_rate_limits() -> None:
     """Heartbeat rate limits start from zero (they live in the cache)."""

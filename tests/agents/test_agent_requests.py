@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
+from django.utils import timezone
 
 from agents import tasks
 from agents.services import (
@@ -166,12 +168,6 @@ def test_the_poll_visits_real_trusted_nodes_that_are_not_down(db: None) -> None:
 def test_launches_and_stops_whose_task_was_lost_are_asked_for_again(
     real_node: Node, settings: Any, celery_published: Any
 ) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from jobs.services import job_mark_running, job_preempt
-
     DeviceFactory(node=real_node, index=1)
     DeviceFactory(node=NodeFactory(name="demo", simulated=True), index=0)
     stuck_start = started_job(real_node, command=["true"])
@@ -307,11 +303,68 @@ def test_a_launch_lost_to_a_broker_error_is_sent_again_by_the_next_poll(
     assert celery_published() == [(tasks.agent_launch_task.name, {"job_id": job.pk, "attempt": 1})]
 
 
+def test_an_overdue_launch_is_asked_for_again_once_per_launch_interval_not_every_poll(
+    real_node: Node,
+    settings: Any,
+    celery_published: Any,
+    dead_broker: Callable[[], None],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # After an outage longer than the overdue interval (2 x the launch timeout), the job's
+    # row is old: the re-sent launch's attempt was overdue again at the next poll, and a
+    # copy went out every 10 s while the first one still pulled its image on the node.
+    from scheduler.services import scheduling_round_run
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    job = JobFactory(command=["true"], num_gpus=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        scheduling_round_run()  # its launch cannot be sent
+    Job.objects.filter(pk=job.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    dead_broker()  # the broker is back, an hour later
+
+    for _ in range(3):  # three polls, 10 s apart
+        tasks.agent_poll_all_task()
+
+    launches = [kwargs for name, kwargs in celery_published() if name == "agents.launch"]
+    assert launches == [{"job_id": job.pk, "attempt": 1}]
+
+
+def test_an_overdue_stop_is_asked_for_again_once_per_stop_interval_not_every_poll(
+    real_node: Node, settings: Any, celery_published: Any
+) -> None:
+    job = started_job(real_node, command=["sleep", "600"])
+    job_mark_running(job_id=job.pk)
+    job_preempt(job_id=job.pk, reason="test")
+    Job.objects.filter(pk=job.pk).update(updated_at=timezone.now() - timedelta(hours=2))
+
+    for _ in range(3):
+        tasks.agent_poll_all_task()
+
+    stops = [kwargs for name, kwargs in celery_published() if name == "agents.stop"]
+    assert [(s["job_id"], s["attempt"]) for s in stops] == [(job.pk, 1)]
+
+
+def test_one_poll_of_a_node_at_a_time(real_node: Node, monkeypatch: Any) -> None:
+    # A poll stopping a stale attempt waits a grace period; the polls queued meanwhile
+    # each stopped it again. One finding a poll of its node under way leaves it alone.
+    calls: list[int] = []
+
+    def poll(*, node_id: int, grace_seconds: int) -> dict[str, int]:
+        calls.append(node_id)
+        assert tasks.agent_node_poll_task(node_id) is None  # a second poll, meanwhile
+        return {}
+
+    monkeypatch.setattr(tasks, "agent_node_poll", poll)
+    assert tasks.agent_node_poll_task(real_node.pk) == {}
+    assert tasks.agent_node_poll_task(real_node.pk) == {}  # the guard went with the poll
+    assert calls == [real_node.pk, real_node.pk]
+
+
 def test_a_launch_that_still_cannot_be_sent_stays_marked_for_the_next_poll(
     real_node: Node, settings: Any, dead_broker: Callable[[], None]
 ) -> None:
     from agents.selectors import LAUNCH_UNDELIVERED_REASON, launches_undelivered
-    from scheduler.services import launch_undelivered_mark, undelivered_launches_request
+    from agents.services import launch_undelivered_mark, undelivered_launches_request
 
     settings.GPULAB_SCHEDULER_MODE = "celery"
     job = started_job(real_node, command=["true"])
@@ -324,8 +377,8 @@ def test_a_launch_that_still_cannot_be_sent_stays_marked_for_the_next_poll(
 
 def test_a_lost_launch_of_a_job_that_moved_on_is_not_sent_again(real_node: Node) -> None:
     from agents.selectors import launches_undelivered
+    from agents.services import launch_undelivered_mark
     from jobs.services import job_cancel
-    from scheduler.services import launch_undelivered_mark
 
     job = started_job(real_node, command=["true"])
     launch_undelivered_mark(job_id=job.pk, attempt=1)

@@ -3,6 +3,7 @@ every dashboard endpoint."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import plotly
@@ -10,8 +11,12 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
 from django.test import Client
+from rest_framework.test import APIClient
 
+from agents.logs import LogTail
 from dashboard.finders import PLOTLY_JS_STATIC_PATH
+from jobs.choices import HOLDING_STATES
+from jobs.models import Job
 
 
 def test_the_finder_exposes_exactly_the_packaged_plotly_js():
@@ -73,7 +78,7 @@ def _json_schema(node, *, strict: bool):
 
 @pytest.mark.django_db
 def test_real_responses_of_the_api_match_its_openapi_schema(
-    owner, lab_admin, small_cluster, api_as
+    owner, lab_admin, small_cluster, api_as, monkeypatch
 ):
     import jsonschema
 
@@ -123,6 +128,59 @@ def test_real_responses_of_the_api_match_its_openapi_schema(
     check(student.post(f"/api/v1/jobs/{job_id}/cancel/"), cancel, "post")
     check(student.post(f"/api/v1/jobs/{job_id}/cancel/"), cancel, "post")  # 409
     check(student.post("/api/v1/jobs/999999/cancel/"), cancel, "post")  # 404
+    check(student.get(f"/api/v1/jobs/{job_id}/?bogus=1"), "/api/v1/jobs/{job_id}/")
+    check(student.post(f"/api/v1/jobs/{job_id}/cancel/?bogus=1"), cancel, "post")
+
+    # Errors no field is named in: a body that is not JSON or nests too deep, no credentials.
+    jobs = "/api/v1/jobs/"
+    malformed = student.post(jobs, "{bad", content_type="application/json")
+    deep = '{"env": ' + "[" * 70 + "]" * 70 + "}"
+    too_deep = student.post(jobs, deep, content_type="application/json")
+    for response in (malformed, too_deep):
+        assert response.json()["code"] == "parse_error"
+        check(response, jobs, "post")
+    detail_field = student.post(jobs, {**submit, "detail": "x"}, format="json")
+    assert detail_field.json() == {"detail": ["Unknown field."]}
+    check(detail_field, jobs, "post")
+    anonymous = APIClient()
+    for path in ("queue", "cluster", "utilization", "fairness", "usage"):
+        check(anonymous.get(f"/api/v1/{path}/"), f"/api/v1/{path}/")
+    check(anonymous.get(jobs), jobs)
+    check(anonymous.post(jobs, submit, format="json"), jobs, "post")
+    check(anonymous.get(f"/api/v1/jobs/{job_id}/"), "/api/v1/jobs/{job_id}/")
+    check(anonymous.post(f"/api/v1/jobs/{job_id}/cancel/"), cancel, "post")
+    heartbeat = "/api/v1/agents/heartbeat/"
+    check(anonymous.post(heartbeat, {}, format="json"), heartbeat, "post")
+    logs = "/api/v1/agents/jobs/{job_id}/logs/"
+    check(anonymous.get(f"/api/v1/agents/jobs/{job_id}/logs/"), logs)
+    check(student.get(f"/api/v1/agents/jobs/{job_id}/logs/?steam=1"), logs)
+    check(student.get("/api/v1/agents/jobs/999999/logs/"), logs)  # 404
+    running = Job.objects.filter(state__in=HOLDING_STATES).first()
+    check(admin.get(f"/api/v1/agents/jobs/{running.pk}/logs/"), logs)
+    # A node that cannot be read: 503, with the technical cause for admins.
+    unreadable = LogTail("stdout", problem="Cannot reach the node.", detail="ssh: refused")
+    monkeypatch.setattr(
+        "agents.api.views.job_log_tail",
+        lambda **kwargs: dataclasses.replace(unreadable, unavailable=True),
+    )
+    for client in (student, admin):
+        response = client.get(f"/api/v1/agents/jobs/{job_id}/logs/")
+        assert response.status_code == 503
+        assert ("cause" in response.json()) == (client is admin)
+        check(response, logs)
+
+
+@pytest.mark.django_db
+def test_every_api_operation_documents_its_401(client):
+    schema = client.get("/api/schema/?format=json").json()
+    undocumented = [
+        (method, path)
+        for path, operations in schema["paths"].items()
+        if path.startswith("/api/v1/")
+        for method, operation in operations.items()
+        if "401" not in operation["responses"]
+    ]
+    assert schema["paths"] and not undocumented
 
 
 @pytest.mark.django_db
@@ -146,11 +204,22 @@ def test_the_schema_types_the_submission_and_the_nullable_outputs(client):
     (stream,) = [parameter for parameter in logs if parameter["name"] == "stream"]
     assert set(stream["schema"]["enum"]) == {"stdout", "stderr"}
     responses = {
-        ("/api/v1/jobs/", "post"): {"201", "400", "429"},
-        ("/api/v1/jobs/{job_id}/", "get"): {"200", "404"},
-        ("/api/v1/jobs/{job_id}/cancel/", "post"): {"200", "404", "409"},
+        ("/api/v1/jobs/", "post"): {"201", "400", "401", "429"},
+        ("/api/v1/jobs/{job_id}/", "get"): {"200", "400", "401", "404"},
+        ("/api/v1/jobs/{job_id}/cancel/", "post"): {"200", "400", "401", "404", "409"},
+        ("/api/v1/agents/jobs/{job_id}/logs/", "get"): {"200", "400", "401", "404", "503"},
     }
     for (path, method), codes in responses.items():
         assert codes <= set(schema["paths"][path][method]["responses"]), (path, method)
+    logs_responses = schema["paths"]["/api/v1/agents/jobs/{job_id}/logs/"]["get"]["responses"]
+    refs = {
+        code: logs_responses[code]["content"]["application/json"]["schema"].get("$ref", "")
+        for code in ("200", "404", "503")
+    }
+    assert refs == {
+        "200": "#/components/schemas/LogTailOutput",
+        "404": "#/components/schemas/ErrorOutput",
+        "503": "#/components/schemas/LogsUnavailableOutput",
+    }
     # The routes without a trailing slash are served, but listed once, with it.
     assert not [path for path in schema["paths"] if not path.endswith("/")]

@@ -69,3 +69,18 @@ def test_a_shorter_round_interval_takes_effect_at_once_not_after_the_old_one() -
         RoundTrigger.TIMER,
     ]
     assert last_round == 60.0
+
+
+@pytest.mark.django_db
+def test_a_failing_round_is_retried_after_an_interval_not_every_tick(monkeypatch) -> None:
+    # The round is recorded as failed; the loop used to run it again on every 2 s tick,
+    # writing a traceback row each time and never reaching the aggregates.
+    from scheduler import services as round_services
+
+    configure(round_interval_seconds=10.0)
+    monkeypatch.setattr(round_services, "decide", lambda snapshot: 1 / 0)
+    last_round = 100.0
+    for now in (110.0, 112.0, 114.0, 116.0):  # the loop ticks every 2 s
+        last_round, _ = iterate(event=False, now=now, last_round=last_round, next_aggregates=LATER)
+    assert last_round == 110.0
+    assert SchedulingRound.objects.filter(outcome="failed").count() == 1
