@@ -12,41 +12,46 @@ from tests.scheduler.builders import devices, held, pending, running, snapshot, 
 MIXED = devices({"n1": ("a100", 4), "n2": ("v100", 4)})
 
 
+# Each kind of quota, and the hold it gives a job that would break it (also used by
+# test_quota_stopping_jobs.py).
+QUOTA_CASES = [
+    ([Account("alice", quota=Quota(max_gpus=2))], [], {}, "QuotaExceeded: user max GPUs 2"),
+    (
+        [Account("alice", quota=Quota(max_running_jobs=1))],
+        [],
+        {},
+        "QuotaExceeded: user max running jobs 1",
+    ),
+    (
+        [],
+        [Account("vision", quota=Quota(max_gpus=2))],
+        {"group": "vision"},
+        "QuotaExceeded: group max GPUs 2",
+    ),
+    (
+        [],
+        [Account("vision", quota=Quota(max_running_jobs=1))],
+        {"group": "vision"},
+        "QuotaExceeded: group max running jobs 1",
+    ),
+    (
+        [Account("alice", quota=Quota(max_gpus_by_type=(("a100", 2),)))],
+        [],
+        {"accepted_types": ("a100",)},
+        "QuotaExceeded: user max a100 GPUs 2",
+    ),
+    (
+        [],
+        [Account("vision", quota=Quota(max_gpus_by_type=(("a100", 2),)))],
+        {"group": "vision", "accepted_types": ("a100",)},
+        "QuotaExceeded: group max a100 GPUs 2",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("users", "groups", "job_fields", "expected_hold"),
-    [
-        ([Account("alice", quota=Quota(max_gpus=2))], [], {}, "QuotaExceeded: user max GPUs 2"),
-        (
-            [Account("alice", quota=Quota(max_running_jobs=1))],
-            [],
-            {},
-            "QuotaExceeded: user max running jobs 1",
-        ),
-        (
-            [],
-            [Account("vision", quota=Quota(max_gpus=2))],
-            {"group": "vision"},
-            "QuotaExceeded: group max GPUs 2",
-        ),
-        (
-            [],
-            [Account("vision", quota=Quota(max_running_jobs=1))],
-            {"group": "vision"},
-            "QuotaExceeded: group max running jobs 1",
-        ),
-        (
-            [Account("alice", quota=Quota(max_gpus_by_type=(("a100", 2),)))],
-            [],
-            {"accepted_types": ("a100",)},
-            "QuotaExceeded: user max a100 GPUs 2",
-        ),
-        (
-            [],
-            [Account("vision", quota=Quota(max_gpus_by_type=(("a100", 2),)))],
-            {"group": "vision", "accepted_types": ("a100",)},
-            "QuotaExceeded: group max a100 GPUs 2",
-        ),
-    ],
+    QUOTA_CASES,
 )
 def test_a_job_that_would_exceed_a_quota_is_held_with_the_limit_it_hits(
     users: list[Account], groups: list[Account], job_fields: dict[str, object], expected_hold: str

@@ -14,6 +14,7 @@ from scheduler.core.types import Account, PlacementKind, Quota, StoppingJob
 from scheduler.policies import decide
 from scheduler.policies.fairness import QuotaLedger
 from tests.scheduler.builders import devices, held, pending, snapshot, started
+from tests.scheduler.policies.test_fairness import QUOTA_CASES
 
 MIXED = devices({"n1": ("a100", 4), "n2": ("v100", 4)})
 
@@ -25,39 +26,7 @@ def with_stopping(snap, *stopping: StoppingJob):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("users", "groups", "job_fields", "expected_hold"),
-    [
-        ([Account("alice", quota=Quota(max_gpus=2))], [], {}, "QuotaExceeded: user max GPUs 2"),
-        (
-            [Account("alice", quota=Quota(max_running_jobs=1))],
-            [],
-            {},
-            "QuotaExceeded: user max running jobs 1",
-        ),
-        (
-            [],
-            [Account("vision", quota=Quota(max_gpus=2))],
-            {"group": "vision"},
-            "QuotaExceeded: group max GPUs 2",
-        ),
-        (
-            [],
-            [Account("vision", quota=Quota(max_running_jobs=1))],
-            {"group": "vision"},
-            "QuotaExceeded: group max running jobs 1",
-        ),
-        (
-            [Account("alice", quota=Quota(max_gpus_by_type=(("a100", 2),)))],
-            [],
-            {"accepted_types": ("a100",)},
-            "QuotaExceeded: user max a100 GPUs 2",
-        ),
-        (
-            [],
-            [Account("vision", quota=Quota(max_gpus_by_type=(("a100", 2),)))],
-            {"group": "vision", "accepted_types": ("a100",)},
-            "QuotaExceeded: group max a100 GPUs 2",
-        ),
-    ],
+    QUOTA_CASES,
 )
 @pytest.mark.parametrize("placement", [PlacementKind.BEST_FIT, PlacementKind.ALLOX])
 @pytest.mark.parametrize("policy", ["las", "gittins", "fifo", "fifo-backfill"])
