@@ -193,16 +193,6 @@ def _locked_until(counted: list[_Counted]) -> datetime | None:
     return datetime.fromtimestamp(max(locks.values()), tz=UTC) if locks else None
 
 
-def login_locked_until(*, username: str, ip: str) -> datetime | None:
-    """When the lockout of this username from this address ends (of the pair or of the
-    address, the later one), or None."""
-    try:
-        return _locked_until(_counted(username=username, ip=ip))
-    except Exception:
-        logger.error("Login lockout not checked: the cache is unreachable.", exc_info=True)
-        return None
-
-
 def login_attempt_reserve(*, username: str, ip: str) -> datetime | None:
     """Reserve one password check for this username from this address, before checking it.
 

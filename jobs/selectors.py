@@ -78,14 +78,15 @@ def job_get_for_user(*, user: User, job_id: int) -> Job:
 def job_list(
     *,
     user: User,
-    state: str | None = None,
+    states: Sequence[str] = (),
     owner: str | None = None,
     group: str | None = None,
 ) -> QuerySet[Job]:
-    """Jobs the user may see, newest first, filtered by state, owner name and group name."""
+    """Jobs the user may see, newest first, filtered by states (any of them), owner name
+    and group name."""
     jobs = job_visible_to(user=user)
-    if state:
-        jobs = jobs.filter(state=state)
+    if states:
+        jobs = jobs.filter(state__in=states)
     if owner:
         jobs = jobs.filter(owner__username=owner)
     if group:

@@ -113,7 +113,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     if state not in (None, *JobState.values):
         state = None
     owner = request.GET.get("owner") or None
-    jobs = selectors.job_list(user=request.user, state=state, owner=owner)
+    jobs = selectors.job_list(user=request.user, states=[state] if state else [], owner=owner)
     counts = selectors.job_state_counts(user=request.user, owner=owner)
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
     page_jobs = list(page.object_list)

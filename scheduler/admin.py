@@ -5,6 +5,7 @@ from django.http import HttpRequest
 from config.forms import ConcurrentEditForm
 
 from .models import SchedulerConfig, SchedulingRound
+from .selectors import scheduler_config_locked
 from .settings_services import EDITABLE_FIELDS, scheduler_config_update
 
 
@@ -66,7 +67,7 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
         # lands wholly before (and is seen) or after it.
         config = super().get_object(request, object_id, from_field)
         if config is not None and request.method == "POST" and connection.in_atomic_block:
-            config = SchedulerConfig.objects.select_for_update().get(pk=config.pk)
+            config = scheduler_config_locked()
         return config
 
     def save_model(self, request, obj, form, change) -> None:  # type: ignore[no-untyped-def]

@@ -91,9 +91,10 @@ def iterate(
         try:
             scheduling_round_run(trigger=trigger)
         except Exception:
-            # Recorded as a failed round already; like beat's timer, wait an interval
-            # before the next try instead of one every tick, and keep the pages fed.
-            logger.exception("Embedded scheduling round failed")
+            # Recorded and logged with its traceback as a failed round already; like
+            # beat's timer, wait an interval before the next try instead of one every
+            # tick, and keep the pages fed.
+            logger.warning("The next scheduling round comes after one interval.")
         last_round = now
     if now >= next_aggregates:
         metrics_rollup()

@@ -24,6 +24,13 @@ def scheduler_config_get() -> SchedulerConfig:
     return config
 
 
+def scheduler_config_locked() -> SchedulerConfig:
+    """The settings row, locked until the enclosing transaction ends (created first if
+    missing: select_for_update cannot lock a row that is not there yet)."""
+    scheduler_config_get()
+    return SchedulerConfig.objects.select_for_update().get(pk=1)
+
+
 def devices_stopping(*, now: datetime) -> set[int]:
     """Devices a cancelled or timed-out attempt may still be running on (Slurm's COMPLETING).
 

@@ -16,7 +16,7 @@ from accounts.models import AuditEntry, User
 from accounts.services import audit_entries_write
 from config.errors import ValidationFailed
 
-from .models import SchedulerConfig
+from .selectors import scheduler_config_locked
 
 # Every knob an admin may change here, in the order the settings page shows them.
 EDITABLE_FIELDS = (
@@ -57,10 +57,7 @@ def scheduler_config_update(*, actor: User, changes: Mapping[str, Any]) -> list[
             {field: ["Unknown or read-only scheduler setting."] for field in unknown}
         )
     with transaction.atomic():
-        # get_or_create first: on a fresh database the row may not exist yet, and
-        # select_for_update cannot lock a row that is not there.
-        SchedulerConfig.objects.get_or_create(pk=1)
-        config = SchedulerConfig.objects.select_for_update().get(pk=1)
+        config = scheduler_config_locked()
         old = {field: getattr(config, field) for field in EDITABLE_FIELDS}
         for field, value in changes.items():
             setattr(config, field, value)

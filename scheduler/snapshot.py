@@ -34,6 +34,7 @@ from scheduler.core.accounting import (
     decay_usage,
     decayed_service,
     eligible_since,
+    held_rate,
     live_service,
 )
 from scheduler.core.speeds import relative_speeds
@@ -310,8 +311,7 @@ def _live_usage(
     """
     if since is None:
         return 0.0
-    rate = sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
-    return decayed_service(rate, max(now_s - since, 0.0), half_life)
+    return decayed_service(held_rate(device_ids, speed_of), max(now_s - since, 0.0), half_life)
 
 
 def _finished_job_sizes(*, limit: int) -> tuple[float, ...]:

@@ -30,8 +30,7 @@ from accounts.services import (
 )
 from cluster.models import DeviceType
 from config.errors import ValidationFailed
-from scheduler.models import SchedulerConfig
-from scheduler.selectors import scheduler_config_get
+from scheduler.selectors import scheduler_config_get, scheduler_config_locked
 from scheduler.settings_services import EDITABLE_FIELDS, scheduler_config_update
 
 from ..forms import QuotaForm, SchedulerSettingsForm, thresholds_text
@@ -194,12 +193,6 @@ def _current_text(value: Any) -> str:
     return str(value)
 
 
-def _scheduler_config_locked() -> SchedulerConfig:
-    """The settings row, locked until the transaction ends (created first if missing)."""
-    scheduler_config_get()  # select_for_update cannot lock a row that is not there yet
-    return SchedulerConfig.objects.select_for_update().get(pk=1)
-
-
 @login_required
 def scheduler_settings_page(request: HttpRequest) -> HttpResponse:
     _require_admin(request)
@@ -212,7 +205,7 @@ def scheduler_settings_page(request: HttpRequest) -> HttpResponse:
         # here) to the save, so another admin's save lands wholly before (and is seen as
         # a conflict) or after this one.
         with transaction.atomic():
-            config = _scheduler_config_locked()
+            config = scheduler_config_locked()
             form = SchedulerSettingsForm(request.POST, instance=config)
             # Read before validating: a bound ModelForm writes the posted values onto `config`.
             stored = {field: getattr(config, field) for field in EDITABLE_FIELDS}

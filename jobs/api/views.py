@@ -84,11 +84,10 @@ class JobListCreateApi(APIView):
             )
         jobs = selectors.job_list(
             user=request.user,
+            states=states,
             owner=request.query_params.get("owner"),
             group=request.query_params.get("group"),
         )
-        if states:  # `job_list` filters by one state; several are narrowed here
-            jobs = jobs.filter(state__in=states)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)
         data = jobs_data(page, user=request.user, many=True)

@@ -36,15 +36,20 @@ def speed_sum(job: Job, device_by_id: Mapping[int, Device]) -> float:
     )
 
 
+def held_rate(device_ids: Iterable[int], speed_of: Mapping[int, float]) -> float:
+    """Normalized GPU-seconds per second on `device_ids`; a device without a known speed
+    counts at 1.0 (as in `speed_sum`)."""
+    return sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
+
+
 def live_service(
     device_ids: Iterable[int], since: float | None, now_s: float, speed_of: Mapping[int, float]
 ) -> float:
     """Normalized GPU-seconds of a run on `device_ids` since `since` (epoch seconds), not
-    yet folded into its job's row; a device without a known speed counts at 1.0."""
+    yet folded into its job's row."""
     if since is None:
         return 0.0
-    seconds = max(now_s - since, 0.0)
-    return seconds * sum(speed_of.get(device_id, 1.0) for device_id in device_ids)
+    return max(now_s - since, 0.0) * held_rate(device_ids, speed_of)
 
 
 def advance_running(job: Job, dt: float, speed_sum: float) -> Job:

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.test import Client, RequestFactory, override_settings
 
 from accounts.forms import LoginForm
-from accounts.lockout import client_ip, login_failures_clear, login_locked_until
+from accounts.lockout import client_ip, login_attempt_reserve, login_failures_clear
 
 
 def login(client: Client, username: str, password: str, url: str = "/login/") -> int:
@@ -226,7 +226,8 @@ def test_attempts_at_once_get_no_more_password_checks_than_the_limit():
         checked = _guess_at_once(["dave"] * 40, "192.0.2.55")
 
         assert len(checked) == 10
-        assert login_locked_until(username="dave", ip="192.0.2.55") is not None
+        # The pair is locked: the next attempt is refused before any password check.
+        assert login_attempt_reserve(username="dave", ip="192.0.2.55") is not None
     finally:
         login_failures_clear(ip="192.0.2.55")
 
