@@ -29,9 +29,14 @@ CONTAINER_PREFIX = "gpulab"
 
 # The wrapper, run by `setsid sh -c WRAPPER gpulab-<job>-<attempt> PROGRAM ARGS...`. It
 # is a constant: user input arrives only as its positional parameters ("$@"), never as
-# shell text. TERM is trapped with a no-op (not ignored: an ignored signal would be
+# shell text. TERM is trapped with a flag (not ignored: an ignored signal would be
 # inherited by the program) so the wrapper outlives the program's checkpoint and records
-# its status; `wait` returns early when the trap fires, hence the loop.
+# its status. `wait` returns 128+15 when the trap fires, hence the loop: while the trap
+# fired, wait again. Not "while the program is alive": dash may reap a program that
+# exits at that very moment and still answer 143 (its `dowait` collects the child with
+# WNOHANG after the signal), so a stopped program that checkpointed and exited 0 read as
+# killed about once in a thousand stops; the second `wait` returns the real status. A
+# `wait` for a program already waited for answers 127, so that keeps the first status.
 #
 # When the program ends, whatever it left running in its process group (`cmd &` in a
 # script, a data-loader worker) is ended before `exit_code` is written, as Slurm ends
@@ -48,9 +53,10 @@ WRAPPER = (
     'others() { o=; for f in /proc/[0-9]*/stat; do { read -r l < "$f"; } 2>/dev/null '
     "|| continue; q=${l%% *}; set -- ${l##*) }; "
     '[ "$3" = $$ ] && [ "$q" != $$ ] && [ "$1" != Z ] && o="$o $q"; done; }; '
-    'echo $$ > pid.tmp && mv pid.tmp pid; trap : TERM; "$@" > stdout 2> stderr < /dev/null & '
-    "child=$!; "
-    'while :; do wait "$child"; code=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    "echo $$ > pid.tmp && mv pid.tmp pid; trap 'hit=1' TERM; "
+    '"$@" > stdout 2> stderr < /dev/null & child=$!; code=; '
+    'while :; do hit=; wait "$child"; c=$?; '
+    '[ "$c" = 127 ] && [ -n "$code" ] && break; code=$c; [ -n "$hit" ] || break; done; '
     'echo "$code" > program_exit.tmp && mv program_exit.tmp program_exit; '
     'others; [ -n "$o" ] && [ ! -e stop-sent ] && kill -TERM -$$ 2>/dev/null; '
     'i=0; while [ -n "$o" ] && { [ $i -lt 50 ] || [ -e stop-sent ]; }; '
