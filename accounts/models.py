@@ -152,7 +152,8 @@ class ApiToken(models.Model):
 
 
 class AuditEntry(models.Model):
-    """One changed field of a user's or group's quota, or of the scheduler settings.
+    """One changed field of a user's or group's quota, of the scheduler settings, or of a
+    node or device an admin acted on.
 
     Written by the services that make those changes, one row per changed field, in the same
     transaction as the change. The actor's name is copied so the log still reads after the
@@ -163,6 +164,12 @@ class AuditEntry(models.Model):
         USER = "user", "User"
         GROUP = "group", "Group"
         SCHEDULER = "scheduler", "Scheduler"
+        # An admin's action on the cluster: a drain or undrain (field `state`, or
+        # `return_state` for a DOWN node, the reason after the new value), a GPU's
+        # retirement, a node agent token's revocation.
+        NODE = "node", "Node"
+        DEVICE = "device", "Device"
+        AGENT_TOKEN = "agent_token", "Agent token"
 
     at = models.DateTimeField(default=timezone.now)
     actor = models.ForeignKey(

@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from config.errors import NotFound, ValidationFailed
 
@@ -48,8 +48,13 @@ def token_list_page(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def token_revoke_page(request: HttpRequest, token_id: int) -> HttpResponse:
+    if request.method != "POST":
+        # The login form sends a revoke posted after the session ended back here as a GET:
+        # show the tokens and revoke nothing (a GET never changes anything), saying so.
+        messages.info(request, "Nothing was revoked; press Revoke next to a token to revoke it.")
+        return redirect("accounts:tokens")
     try:
         token = services.api_token_revoke(user=request.user, token_id=token_id)
     except NotFound as exc:

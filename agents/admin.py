@@ -54,5 +54,7 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke (the node's agent is refused until it gets a new token)")
     def revoke(self, request: HttpRequest, queryset: QuerySet[NodeAgentToken]) -> None:
-        revoked = node_agent_tokens_revoke(token_ids=queryset.values_list("pk", flat=True))
+        revoked = node_agent_tokens_revoke(
+            token_ids=queryset.values_list("pk", flat=True), by=request.user
+        )
         self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)

@@ -23,6 +23,7 @@ from django.db.models import Avg, Count, Max
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from accounts.models import AuditEntry, User
 from accounts.services import token_digest
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, DeviceType, Node
@@ -40,7 +41,12 @@ from .models import (
     NodeAgentToken,
 )
 from .selectors import PROGRESS_HISTORY
-from .services import node_heartbeat_seen, ssh_dispatch_enabled
+from .services import (
+    node_heartbeat_seen,
+    node_reason_on_return,
+    reason_fit,
+    ssh_dispatch_enabled,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,9 @@ TOKEN_PREFIX = "gpn_"
 # node with an out-of-bounds kernel. 13 graphics engine exception, 31 GPU memory page
 # fault, 43 GPU stopped processing, 45 preemptive cleanup, 68 video processor exception.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
+# How a hardware fault starts a node's reason: `node_drain`'s own wording for a drain no
+# admin asked for, the same whatever state the node was in when it was reported.
+FAULT_REASON_PREFIX = "Drained: "
 
 
 def node_agent_token_create(
@@ -85,12 +94,36 @@ def node_agent_tokens_replaced(*, token: NodeAgentToken) -> int:
     )
 
 
-def node_agent_tokens_revoke(*, token_ids: Iterable[int]) -> int:
+@transaction.atomic
+def node_agent_tokens_revoke(*, token_ids: Iterable[int], by: User | None = None) -> int:
     """Revoke these agent tokens (a node's agent then gets 401 until it has a new one);
-    already revoked ones keep their time. Returns how many were revoked now."""
-    return NodeAgentToken.objects.filter(pk__in=list(token_ids), revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
+    already revoked ones keep their time. Returns how many were revoked now.
+
+    `by` (an admin) puts each revocation in the audit log, as drains are; a bootstrap
+    replacing its own older tokens passes nobody.
+    """
+    now = timezone.now()
+    tokens = list(
+        NodeAgentToken.objects.select_for_update()
+        .select_related("node")
+        .filter(pk__in=list(token_ids), revoked_at__isnull=True)
+        .order_by("pk")
     )
+    NodeAgentToken.objects.filter(pk__in=[token.pk for token in tokens]).update(revoked_at=now)
+    if by is not None:
+        AuditEntry.objects.bulk_create(
+            AuditEntry(
+                actor=by,
+                actor_username=by.username,
+                target_kind=AuditEntry.TargetKind.AGENT_TOKEN,
+                target_name=token.node.name,
+                field="revoked_at",
+                old_value="",
+                new_value=f"token {token.pk} (created {token.created_at:%Y-%m-%d %H:%M})",
+            )
+            for token in tokens
+        )
+    return len(tokens)
 
 
 def node_agent_token_check(*, key: str) -> Node | None:
@@ -103,14 +136,36 @@ def node_agent_token_check(*, key: str) -> Node | None:
     return token.node if token else None
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _names_type(model_words: list[str], type_name: str) -> bool:
+    """Whether the type's name is whole words of the model's: `a100` in "NVIDIA
+    A100-SXM4-80GB", `rtx4090` in "NVIDIA GeForce RTX 4090"; not `l4` in "NVIDIA L40S",
+    `p4` in "Tesla P40" or `a10` in "NVIDIA A100-SXM4-80GB"."""
+    wanted = "".join(_words(type_name))
+    if not wanted:
+        return False
+    for start in range(len(model_words)):
+        joined = ""
+        for word in model_words[start:]:
+            joined += word
+            if joined == wanted:
+                return True
+            if not wanted.startswith(joined):
+                break
+    return False
+
+
 def _device_type_for(model_name: str) -> DeviceType:
-    """The device type whose name appears in NVML's model name (`a100` in "NVIDIA
-    A100-SXM4-80GB"), longest match first; otherwise a new type at speed 1.0 for an
-    admin to adjust."""
-    lowered = model_name.lower()
-    for device_type in sorted(DeviceType.objects.all(), key=lambda t: -len(t.name)):
-        if device_type.name in lowered.replace(" ", ""):
+    """The device type whose name is whole words of NVML's model name (`_names_type`),
+    longest match first; otherwise a new type at speed 1.0 for an admin to adjust."""
+    model_words = _words(model_name)
+    for device_type in sorted(DeviceType.objects.all(), key=lambda t: (-len(t.name), t.name)):
+        if _names_type(model_words, device_type.name):
             return device_type
+    lowered = model_name.lower()
     slug = re.sub(r"[^a-z0-9]+", "-", lowered.replace("nvidia", "")).strip("-")[:32] or "gpu"
     device_type, _ = DeviceType.objects.get_or_create(
         name=slug, defaults={"display_name": model_name[:64], "speed": 1.0}
@@ -290,20 +345,8 @@ def agent_heartbeat_record(
         )
         JobGpuSample.objects.bulk_create(_job_samples(gpus, devices, now))
         progress_recorded = _record_progress(node, heartbeat.get("jobs", []), now)
-        if (
-            fault
-            and Node.objects.filter(
-                pk=node.pk, state__in=[NodeState.UP, NodeState.SUSPECT]
-            ).exists()
-        ):
-            logger.warning("Draining node %s: %s", node.name, fault)
-            node_drain(node_id=node.pk, reason=fault)
-        elif fault:
-            # Back from an outage (DOWN until its return reconcile): the agent has now
-            # delivered the fault and forgets it, so the node returns DRAINED with it.
-            Node.objects.filter(pk=node.pk, state=NodeState.DOWN).exclude(return_state="").update(
-                return_state=NodeState.DRAINED, state_reason=f"Drained: {fault}"[:255]
-            )
+        if fault:
+            _hardware_fault_record(node, fault)
         _reconcile_on_commit(node, needs_reconcile)
     return {
         "recorded_gpus": len(gpus),
@@ -311,6 +354,91 @@ def agent_heartbeat_record(
         "drained": bool(fault),
         "reconcile": needs_reconcile,
     }
+
+
+# The start of each part `_hardware_faults` writes ("Xid 79 on GPU 0 (GPU-…) ", "GPU 1
+# (GPU-…) is missing …"): how the faults in front of a reason are told from the reason
+# they were put in front of. A part `reason_fit` cut ends with "…".
+_FAULT_PART = re.compile(r"(Xid [0-9, ]+ on |[0-9]+ uncorrected ECC errors on )?GPU [0-9]+ \(")
+_CUT = "…"
+
+
+def _recorded_faults(reason: str) -> tuple[list[str], str]:
+    """The fault parts at the front of `reason`, and the rest: who drained the node and
+    why, before a fault was put in front of it ("" for a node a fault drained)."""
+    if not reason.startswith(FAULT_REASON_PREFIX):
+        return [], reason
+    pieces = reason.removeprefix(FAULT_REASON_PREFIX).split("; ")
+    count = 0
+    for piece in pieces:
+        if not (_FAULT_PART.match(piece) or piece.endswith(_CUT)):
+            break
+        count += 1
+        if piece.endswith(_CUT):
+            break  # only the last fault part is ever cut
+    return pieces[:count], "; ".join(pieces[count:])
+
+
+def _is_recorded(part: str, recorded: list[str]) -> bool:
+    return any(
+        part == old or (old.endswith(_CUT) and part.startswith(old.removesuffix(_CUT)))
+        for old in recorded
+    )
+
+
+def _with_fault(reason: str, fault: str) -> str:
+    """`reason` with the parts of `fault` it does not name yet among the faults in front
+    of it, the rest kept: who drained the node and why.
+
+    `fault` is every fault of one heartbeat, joined with "; ": a lost or missing GPU is
+    in every one, an Xid only in the heartbeat after it happened, so each part counts
+    once, however the heartbeats mix them. Where 255 characters cannot hold them all,
+    the faults' text is cut, not who drained the node (`reason_fit`). New parts go after
+    the ones recorded: a cut then drops only parts that were never shown, and the next
+    heartbeat's cut is the same, where new parts in front would push a recorded one out
+    and back in at every heartbeat that alternates.
+    """
+    recorded, rest = _recorded_faults(reason)
+    new = [part for part in fault.split("; ") if not _is_recorded(part, recorded)]
+    if not new:
+        return reason
+    faults = FAULT_REASON_PREFIX + "; ".join([*recorded, *new])
+    # "Drained: …" at least: the prefix is how the next heartbeat finds the faults.
+    return reason_fit(faults, "; " if rest else "", rest, front_min=len(FAULT_REASON_PREFIX) + 1)
+
+
+def _hardware_fault_record(node: Node, fault: str) -> None:
+    """Drain the node for `fault`, or, where it is out of service already, keep the fault
+    in its reason: the agent forgets an Xid once delivered, so a fault dropped here would
+    be gone, and the faulty GPU back in service at the next undrain or return.
+
+    1. UP or SUSPECT: drained for it (`node_drain`).
+    2. DOWN and to come back by itself (return reconcile): it returns DRAINED, with the
+       fault in front of the reason it returns with (`node_reason_on_return`).
+    3. DRAINING, DRAINED, or an admin's DOWN: the fault goes in front of its reason, so the
+       admin reads it before undraining, as with a node that drained for it.
+    The heartbeat's UPDATE of the node holds its row, so the state read here stays true
+    until the transaction ends.
+    """
+    state, reason, return_state = Node.objects.filter(pk=node.pk).values_list(
+        "state", "state_reason", "return_state"
+    )[0]
+    if state in {NodeState.UP, NodeState.SUSPECT}:
+        logger.warning("Draining node %s: %s", node.name, fault)
+        # node_drain writes FAULT_REASON_PREFIX itself (no actor) and would cut the end.
+        node_drain(node_id=node.pk, reason=_with_fault("", fault).removeprefix(FAULT_REASON_PREFIX))
+        return
+    if state == NodeState.DOWN and return_state:
+        before = node_reason_on_return(state_reason=reason, return_state=return_state)
+        to, new_reason = NodeState.DRAINED, _with_fault(before, fault)
+    else:
+        to, new_reason = return_state, _with_fault(reason, fault)
+    if (to, new_reason) == (return_state, reason):
+        return  # a fault still there (a lost GPU is in every heartbeat), recorded already
+    logger.warning(
+        "Hardware fault on node %s (%s), recorded in its reason: %s", node.name, state, fault
+    )
+    Node.objects.filter(pk=node.pk, state=state).update(return_state=to, state_reason=new_reason)
 
 
 def agent_heartbeat_refused(*, node: Node, errors: Any, now: datetime | None = None) -> None:

@@ -75,12 +75,37 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
         # agents.simulated runs no process, so there is nothing to tail; say why.
         return LogTail(stream, problem=f"{node.name} is a simulated (demo) node: no log output.")
     if max_lines is None:
-        return LogTail(stream, text=text, lines=len(text.splitlines()))
-    lines = text.splitlines()
-    if len(text.encode()) >= LOG_TAIL_BYTES and len(lines) > 1:
+        return LogTail(stream, text=text, lines=len(_lines(text)))
+    lines = [_as_shown(line) for line in _lines(text)]
+    if _read_bytes(text) >= LOG_TAIL_BYTES and len(lines) > 1:
         lines = lines[1:]  # cut at a byte count: the first line is probably partial
     lines = lines[-max_lines:]
     return LogTail(stream, text="\n".join(lines), lines=len(lines))
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as a terminal ends them: at \n only. `str.splitlines` also breaks at \r,
+    so one progress bar redrawn with \r (tqdm) filled the whole window."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line starts no new one
+    return lines
+
+
+def _as_shown(line: str) -> str:
+    """What a terminal leaves of a line redrawn with \r: its last segment (a \r\n line
+    end, or a trailing \r, erases nothing)."""
+    return line.rstrip("\r").rpartition("\r")[2]
+
+
+def _read_bytes(text: str) -> int:
+    """How many bytes the node sent for `text`: at most LOG_TAIL_BYTES, LOG_TAIL_BYTES when
+    the log was longer and cut. The reader decodes with errors="replace", which turns each
+    invalid byte into U+FFFD, three bytes once encoded again: counted as the one byte it
+    was, so a short log of binary output is not taken for a cut one. (A replacement that
+    stood for a broken sequence of 2 or 3 bytes is undercounted: at worst a cut log then
+    keeps its partial first line, never loses a whole one.)"""
+    return len(text.encode()) - 2 * text.count("\ufffd")
 
 
 def _unreachable(stream: str, node: Node | None, detail: str) -> LogTail:

@@ -15,6 +15,9 @@ Runtimes (per node, `cluster.choices.Runtime`):
   Stop = SIGTERM to the process group, the grace period, then SIGKILL.
 - `docker` runs a detached container named `gpulab-<job>-<attempt>`; its logs and exit
   code live in Docker (`docker logs`, `docker inspect`), stop is `docker stop -t <grace>`.
+  The container runs under Docker's init (`--init`, tini) told to pass signals to the
+  program's whole process group, so the stop's SIGTERM reaches the program even when
+  argv[0] is a shell (see `docker_run_argv`).
 """
 
 from __future__ import annotations
@@ -154,11 +157,33 @@ def job_environment(spec: LaunchSpec) -> dict[str, str]:
 # --------------------------------------------------------------------------- argv builders
 
 
+# How much of a container's output Docker keeps: json-file logs are otherwise unbounded,
+# and a job printing every step for days fills /var/lib/docker, which stops every
+# container on the node. gpulab shows only the tail (`docker_logs_script`: 2,000 lines,
+# 64 KiB), so two 50 MB files keep far more than it reads while bounding each attempt
+# (finished containers are kept, for their exit code and logs) to 100 MB. The driver is
+# named because these options are json-file's: a daemon whose default driver is journald
+# or syslog would refuse them, and `docker logs` reads json-file on every Docker version.
+DOCKER_LOG_OPTIONS = (
+    "--log-driver", "json-file", "--log-opt", "max-size=50m", "--log-opt", "max-file=2",
+)  # fmt: skip
+
+
 def docker_run_argv(spec: LaunchSpec) -> list[str]:
-    """`docker run -d` for one attempt: named, labelled, pinned to its GPUs, limited."""
+    """`docker run -d` for one attempt: named, labelled, pinned to its GPUs, limited.
+
+    `--init` makes Docker's tini (docker-init) the container's PID 1, and
+    `TINI_KILL_PROCESS_GROUP` (read by tini 0.19, the one Docker ships, whatever its value)
+    has it pass `docker stop`'s SIGTERM to the program's whole process group. Without
+    it the signal reaches only PID 1: the program itself as PID 1 ignores a SIGTERM it
+    has no handler for, and a shell as PID 1 neither dies nor passes it on, so the
+    program never checkpoints and is killed at the end of the grace period. tini exits
+    when the program it started does, which ends the container: a shell script should
+    `exec` its program (or trap TERM) to give it the grace period.
+    """
     launch_spec_check(spec)
     argv = [
-        "docker", "run", "-d",
+        "docker", "run", "-d", "--init", *DOCKER_LOG_OPTIONS,
         "--name", spec.name,
         "--label", f"gpulab.job={spec.job_id}",
         "--label", f"gpulab.attempt={spec.attempt}",
@@ -172,7 +197,9 @@ def docker_run_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory_mb is not None:
         argv += ["--memory", f"{spec.memory_mb}m"]
-    for name, value in job_environment(spec).items():
+    # Over any user value, as one --env (tini asks only whether the name is set).
+    environment = {**job_environment(spec), "TINI_KILL_PROCESS_GROUP": "1"}
+    for name, value in environment.items():
         if name in {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}:
             continue  # --gpus exposes exactly the devices, renumbered from 0 inside
         argv += ["--env", f"{name}={value}"]
@@ -336,6 +363,11 @@ def docker_launch_inspect_argv(name: str) -> list[str]:
     ]  # fmt: skip
 
 
+# How long a launch watches a container it has just started for tini's failure to start
+# the program (`docker_launch_script`): tini fails within milliseconds of the start.
+DOCKER_START_CHECK_TENTHS = 10
+
+
 def docker_launch_script(spec: LaunchSpec) -> str:
     """Start the attempt's container unless it exists; print its id last.
 
@@ -343,20 +375,45 @@ def docker_launch_script(spec: LaunchSpec) -> str:
     and the last look covers two deliveries at once (the one whose `docker run` loses
     the name to the other reports that container instead of failing the job).
 
-    A container that `docker run` created but could not start (a missing executable:
-    OCI "create failed", exit 127) stays `created` with that exit code and the error:
-    it is no launch. It is removed, so the launch fails with `docker run`'s error (and
-    a redelivery tries again). `created` with exit code 0 is another delivery's
-    container between its create and its start, and counts as launched.
+    A container whose program never ran is no launch: it is removed and the launch
+    fails with the error, so a mistyped command fails at once with the reason, not as
+    a job that ran and exited 127 (a redelivery tries again). Two ways:
+
+    - `docker run` created it but could not start it (OCI "create failed": Docker's
+      init missing, a GPU the runtime cannot give): it stays `created` with a nonzero
+      exit code, and `docker run`'s error is the message. `created` with exit code 0
+      is another delivery's container between its create and its start, and counts as
+      launched.
+    - It started, but Docker's init (`--init`, tini) could not exec the program (not
+      found: 127; not executable: 126): tini prints `[FATAL tini (N)] exec X failed:
+      ...` and exits, and the container exits with it. `docker run -d` has succeeded
+      by then, so the script watches the new container for up to
+      DOCKER_START_CHECK_TENTHS tenths of a second: a nonzero exit whose log ends with
+      tini's FATAL line is the failure, and that line the message. A program that ran
+      and exited 127 itself (a shell's missing command) is the job's own exit.
     """
-    inspect = shlex.join(docker_launch_inspect_argv(spec.name))
-    remove = shlex.join(["docker", "rm", "-f", spec.name])
+    name = spec.name
+    inspect = shlex.join(docker_launch_inspect_argv(name))
+    remove = shlex.join(["docker", "rm", "-f", name])
+    last_line = shlex.join(docker_logs_argv(name, 1))
     run = shlex.join(docker_run_argv(spec))
     return (
+        # never_ran STATUS CODE: the container's program never ran; says why on stderr
+        # and removes it.
+        'never_ran() { if [ "$1" = created ] && [ "$2" != 0 ]; then :; '
+        'elif [ "$1" = exited ] && [ "$2" != 0 ]; then '
+        f"l=$({last_line} 2>&1 | head -c 400); "
+        'case "$l" in "[FATAL tini"*) echo "$l" >&2 ;; *) return 1 ;; esac; '
+        "else return 1; fi; "
+        f"{remove} > /dev/null 2>&1; }}; "
         f"launched() {{ s=$({inspect} 2>/dev/null) || return 1; set -- $s; "
-        f'if [ "$1" = created ] && [ "$2" != 0 ]; then {remove} > /dev/null 2>&1; return 1; fi; '
-        'echo "$3"; }; '
-        f"launched || {{ {run} || {{ code=$?; launched || exit $code; }}; }}"
+        'never_ran "$1" "$2" && return 1; echo "$3"; }; '
+        # A container that is still running is the program; give tini a moment to fail.
+        f"started() {{ i=0; while [ $i -lt {DOCKER_START_CHECK_TENTHS} ]; do "
+        f"s=$({inspect} 2>/dev/null) || return 0; set -- $s; "
+        '[ "$1" = running ] || break; sleep 0.1; i=$((i+1)); done; '
+        'if never_ran "$1" "$2"; then exit "$2"; fi; }; '
+        f"launched || {{ {run} || {{ code=$?; launched || exit $code; }}; started; }}"
     )
 
 

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
+import paramiko
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -25,7 +29,8 @@ from django.utils import timezone
 from accounts.models import User
 from cluster.choices import NodeState, Runtime
 from cluster.models import Node
-from config.errors import ApplicationError, NotFound
+from cluster.validation import BadLimitLabel, limit_label
+from config.errors import ApplicationError, NotFound, ValidationFailed
 from jobs.choices import JobState
 from jobs.models import Allocation, Job, JobEvent
 from jobs.services import (
@@ -114,12 +119,31 @@ def agent_stop_request(*, job_id: int, attempt: int, grace_seconds: int) -> None
 # --------------------------------------------------------------------------- launch
 
 
+def _per_gpu_label(node: Node, labels: dict[str, Any], name: str) -> float | None:
+    """A per-GPU limit from the node's label `name`; None for no limit.
+
+    The rule is the admin form's (`cluster.validation`). A label that breaks it (written
+    before the rule, or from a shell) refuses the launch with the node and the label
+    named (the job fails with that reason and its GPUs are free), rather than raising out
+    of the launch task, which would leave the job STARTING for ever.
+    """
+    try:
+        return limit_label(labels, name)
+    except BadLimitLabel as exc:
+        shown = repr(labels.get(name))
+        shown = shown if len(shown) <= 40 else f"{shown[:39]}…"  # 400 digits say no more
+        raise runtimes.LaunchRefused(
+            f"Node {node.name} has a bad label {name}={shown}: it {exc}. An admin must fix "
+            "the node's labels."
+        ) from None
+
+
 def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
     devices = devices_of_attempt(job_id=job.pk, attempt=job.attempt)
     labels = node.labels if isinstance(node.labels, dict) else {}
     # Optional per-GPU resource limits an admin sets as node labels.
-    cpus_per_gpu = labels.get("cpus_per_gpu")
-    memory_per_gpu = labels.get("memory_mb_per_gpu")
+    cpus_per_gpu = _per_gpu_label(node, labels, "cpus_per_gpu")
+    memory_per_gpu = _per_gpu_label(node, labels, "memory_mb_per_gpu")
     count = max(len(devices), 1)
     return runtimes.LaunchSpec(
         job_id=job.pk,
@@ -129,7 +153,7 @@ def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
         env=job.env if isinstance(job.env, dict) else {},
         device_uuids=[device.uuid for device in devices],
         run_root=settings.GPULAB_NODE_RUN_ROOT,
-        cpus=float(cpus_per_gpu) * count if cpus_per_gpu else None,
+        cpus=cpus_per_gpu * count if cpus_per_gpu else None,
         memory_mb=int(memory_per_gpu) * count if memory_per_gpu else None,
         labels={"node": node.name},
     )
@@ -497,6 +521,41 @@ def agent_logs_tail(*, job_id: int, stream: str = "stdout", max_bytes: int = 655
 
 AGENT_SOURCE = Path(__file__).resolve().parent / "node_agent"
 AGENT_FILES = ("__init__.py", "__main__.py", "collector.py", "simnvml.py")
+# The longest the bootstrap waits for the new agent's first heartbeat: the agent gives a
+# request 5 s, so this is reading the GPUs and a slow control plane, with room to spare.
+AGENT_CHECK_SECONDS = 30
+
+
+def control_plane_url_check(url: str) -> str:
+    """`url` if an agent can post heartbeats to it: http(s)://host[:port][/path].
+
+    The agent appends the heartbeat path to it, so no query or fragment; no user or
+    password either (the agent's command line, with the URL, is readable in `ps`).
+    """
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0  # .port raises on a bad one
+    except ValueError:
+        parts, port_ok = None, False
+    if (
+        parts is None
+        or not port_ok
+        or parts.scheme not in {"http", "https"}
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+        or any(char.isspace() or not char.isprintable() for char in url)
+    ):
+        raise ValidationFailed(
+            {
+                "control_plane_url": [
+                    f"{url!r} is not http(s)://host[:port][/path]: give the control plane "
+                    "as the node reaches it."
+                ]
+            }
+        )
+    return url
 
 
 def node_agent_bootstrap(
@@ -505,18 +564,26 @@ def node_agent_bootstrap(
     control_plane_url: str,
     python: str = "python3",
     extra_args: tuple[str, ...] = (),
+    progress: Callable[[str], object] | None = None,
 ) -> str:
     """Install and (re)start the node agent on a node over SSH; returns its pid there.
 
-    1. A fresh agent token. Older ones are revoked only once the new agent runs (so a
-       stale agent stops counting).
+    1. The URL is checked (`control_plane_url_check`), then a fresh agent token is made.
+       Older ones are revoked only once the new agent runs (so a stale agent stops
+       counting).
     2. The agent's files and the new token (`token.new`, mode 600) are copied over SFTP
        into GPULAB_NODE_AGENT_DIR; the agent needs only Python and, on GPU nodes, pynvml.
-    3. The new agent is started, detached. Only once it is still alive a second later is
-       the running one (agent.pid) stopped and the token and log moved into place; if it
-       died at once, the bootstrap fails with its log's tail, its token is revoked, and the
-       running agent goes on reporting with its own. If the SSH session fails midway, it
-       cannot be known whether the new agent runs: its token is kept, older ones too.
+    3. The agent is run once (`--once`, at most AGENT_CHECK_SECONDS) with the new token:
+       it exits 0 only when the control plane took its heartbeat (200), so the URL and
+       the token are known to work before anything running is touched. An agent with a
+       wrong URL does not die: it retries for ever, and the node would go DOWN five
+       minutes after its working agent was replaced.
+    4. The new agent is started, detached. Only once it is still alive a second later is
+       the running one (agent.pid) stopped and the token and log moved into place.
+    Any failure before step 4 starts the agent, or the new agent dying at once, fails the
+    bootstrap (AgentDidNotStart) with its token revoked; the running agent goes on
+    reporting with its own. If the SSH session fails during step 4, it cannot be known
+    whether the new agent runs: its token is kept, older ones too.
     For a permanent install, run the same command line from a systemd unit instead.
     """
     from .heartbeats import (  # heartbeats imports this module
@@ -525,33 +592,55 @@ def node_agent_bootstrap(
         node_agent_tokens_revoke,
     )
 
+    control_plane_url_check(control_plane_url)
     node = Node.objects.get(pk=node_id)
+    argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token.new",
+            *extra_args]  # fmt: skip
     token, key = node_agent_token_create(node_id=node.pk, revoke_others=False)
+    may_run = False
     try:
-        pid = _agent_install_and_start(
-            node, key=key, control_plane_url=control_plane_url, python=python, extra_args=extra_args
-        )
+        with node_ssh(node) as session:
+            _agent_install(session, key=key)
+            if progress is not None:
+                progress(
+                    f"Checking that an agent on {node.name} gets a heartbeat through to "
+                    f"{control_plane_url} (at most {AGENT_CHECK_SECONDS} s)..."
+                )
+            _agent_first_heartbeat(session, argv=argv, control_plane_url=control_plane_url)
+            may_run = True  # from here on the new agent may be running
+            pid = _agent_start(session, argv=argv)
     except AgentDidNotStart:
         node_agent_tokens_revoke(token_ids=[token.pk])
+        raise
+    except BaseException:
+        if not may_run:
+            node_agent_tokens_revoke(token_ids=[token.pk])
         raise
     node_agent_tokens_replaced(token=token)
     return pid
 
 
 class AgentDidNotStart(ApplicationError):
-    """The new agent died at once; the running one, if any, was left alone."""
+    """The new agent was not started, or could not report; the running one, if any, was
+    left alone with its token."""
 
 
-def _agent_install_and_start(
-    node: Node, *, key: str, control_plane_url: str, python: str, extra_args: tuple[str, ...]
-) -> str:
-    """Copy the agent and its token to `node` and (re)start it; returns its pid there."""
-    agent_dir = settings.GPULAB_NODE_AGENT_DIR.rstrip("/")
+def _agent_dir() -> str:
+    return settings.GPULAB_NODE_AGENT_DIR.rstrip("/")
+
+
+def _agent_install(session: NodeSession, *, key: str) -> None:
+    """Copy the agent and its new token (`token.new`) into the agent directory."""
+    agent_dir = _agent_dir()
     quoted = shlex.quote(agent_dir)
-    argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token.new",
-            *extra_args]  # fmt: skip
-    with node_ssh(node) as session:
-        session.run(f"mkdir -p {quoted}/node_agent && chmod 700 {quoted}")
+    where = f"{session.node.name}:{agent_dir} (GPULAB_NODE_AGENT_DIR)"
+    made = session.run(f"mkdir -p {quoted}/node_agent && chmod 700 {quoted}")
+    if made.exit_status != 0:
+        raise AgentDidNotStart(
+            f"The agent did not start: {where} could not be created: "
+            f"{(made.stderr or made.stdout).strip()[-300:]}"
+        )
+    try:
         sftp = session.client.open_sftp()
         try:
             for name in AGENT_FILES:
@@ -561,19 +650,58 @@ def _agent_install_and_start(
                 token_file.write(key)
         finally:
             sftp.close()
-        # The agent reads its token once, at start: the file can move after that.
-        result = session.run(
-            f"cd {quoted} && "
-            f"{{ {shlex.join(['setsid', *argv])} < /dev/null > agent.log.new 2>&1 & }}; "
-            "new=$!; sleep 1; "
-            'if ! kill -0 "$new" 2>/dev/null; then tail -20 agent.log.new >&2; '
-            "rm -f token.new; exit 1; fi; "
-            'if [ -s agent.pid ]; then kill "$(cat agent.pid)" 2>/dev/null; fi; '
-            'mv token.new token && mv agent.log.new agent.log && echo "$new" > agent.pid && '
-            'echo "$new"'
-        )
+    except (OSError, paramiko.SSHException) as exc:
+        raise AgentDidNotStart(
+            f"The agent did not start: it could not be copied to {where}: {exc}"
+        ) from exc
+
+
+def _agent_first_heartbeat(
+    session: NodeSession, *, argv: list[str], control_plane_url: str
+) -> None:
+    """Run the agent once with the new token: AgentDidNotStart unless its heartbeat got
+    through (the agent exits 0 only on a 200). `timeout` bounds it on the node, so no
+    check outlives the bootstrap; a failed check takes the new token's file away."""
+    quoted = shlex.quote(_agent_dir())
+    once = shlex.join(["timeout", str(AGENT_CHECK_SECONDS), *argv, "--once"])
+    result = session.run(
+        f"cd {quoted} && {once} < /dev/null 2>&1 || {{ status=$?; rm -f token.new; "
+        "exit $status; }",
+        timeout=AGENT_CHECK_SECONDS + session.timeout,
+    )
+    if result.exit_status == 0:
+        return
+    if result.exit_status == 124:
+        why = f"no heartbeat got through within {AGENT_CHECK_SECONDS} s"
+    else:
+        why = f"its heartbeat did not get through (exit {result.exit_status})"
+    detail = (result.stdout + result.stderr).strip()[-400:]
+    raise AgentDidNotStart(
+        f"The agent on {session.node.name} did not start: {why} to {control_plane_url}. "
+        "Check --url (the control plane as the node reaches it). The running agent, if "
+        f"any, was left alone with its token. Agent output: {detail}"
+    )
+
+
+def _agent_start(session: NodeSession, *, argv: list[str]) -> str:
+    """Start the agent detached; once it is alive a second later, stop the running one
+    (agent.pid) and move the token and log into place. Returns the new pid."""
+    quoted = shlex.quote(_agent_dir())
+    # The agent reads its token once, at start: the file can move after that.
+    result = session.run(
+        f"cd {quoted} && "
+        f"{{ {shlex.join(['setsid', *argv])} < /dev/null > agent.log.new 2>&1 & }}; "
+        "new=$!; sleep 1; "
+        'if ! kill -0 "$new" 2>/dev/null; then tail -20 agent.log.new >&2; '
+        "rm -f token.new; exit 1; fi; "
+        'if [ -s agent.pid ]; then kill "$(cat agent.pid)" 2>/dev/null; fi; '
+        'mv token.new token && mv agent.log.new agent.log && echo "$new" > agent.pid && '
+        'echo "$new"'
+    )
     if result.exit_status != 0:
-        raise AgentDidNotStart(f"The agent on {node.name} did not start: {result.stderr.strip()}")
+        raise AgentDidNotStart(
+            f"The agent on {session.node.name} did not start: {result.stderr.strip()}"
+        )
     return result.stdout.strip()
 
 
@@ -602,9 +730,57 @@ def _return_state_for(state: str) -> str:
     a drain an admin asked for survives the outage; UP and SUSPECT return to UP."""
     if state in {NodeState.DRAINING, NodeState.DRAINED}:
         return state
-    if state == NodeState.DOWN:
-        return ""  # already down (perhaps by an admin): do not volunteer a way back
     return NodeState.UP
+
+
+# A drained node taken DOWN keeps its drain's reason after this mark in its own, so that
+# it comes back with who drained it and why, not with the outage's reason (one field:
+# the admin sees both while it is down).
+ON_RETURN = " On return: "
+
+
+REASON_MAX_LENGTH = Node._meta.get_field("state_reason").max_length
+
+
+def reason_fit(front: str, sep: str, kept: str, *, front_min: int = 1) -> str:
+    """`front`, `sep` and `kept` in one node reason (255 characters), cutting `front`
+    (its end marked "…"), not `kept`: who drained the node and why, which the node comes
+    back with, must not lose its tail to why it is down or to a fault put in front of it.
+
+    At least `front_min` characters of `front` stay (the "…" counts); only a `kept` too
+    long for that is cut too, at its end (over 242 characters after ON_RETURN: a drain
+    reason as long as the dashboard takes, by a username of over 29 characters).
+    """
+    text = f"{front}{sep}{kept}"
+    if len(text) <= REASON_MAX_LENGTH:
+        return text
+    room = max(REASON_MAX_LENGTH - len(sep) - len(kept), front_min, 1)
+    if len(front) > room:
+        front = f"{front[: room - 1]}…"
+    return f"{front}{sep}{kept}"[:REASON_MAX_LENGTH]
+
+
+def node_reason_down(outage: str, on_return: str) -> str:
+    """A DOWN node's reason: why it is down, then the reason it comes back with (after
+    ON_RETURN), which survives whole (`reason_fit`)."""
+    return reason_fit(outage, ON_RETURN, on_return)
+
+
+def _outage_reason(reason: str, *, node: Node) -> str:
+    """The reason of `node` taken DOWN for `reason`, with its drain's reason kept."""
+    if node.state in {NodeState.DRAINING, NodeState.DRAINED} and node.state_reason:
+        return node_reason_down(reason, node.state_reason)
+    return reason
+
+
+def node_reason_on_return(*, state_reason: str, return_state: str) -> str:
+    """The reason a node DOWN with `state_reason` has once back in `return_state`: the
+    part kept after ON_RETURN; without that mark (a fault reported while it was down
+    replaced it), the whole reason. None back UP."""
+    if return_state in {"", NodeState.UP}:
+        return ""
+    _, mark, before = state_reason.partition(ON_RETURN)
+    return before if mark else state_reason
 
 
 def _node_set_state(
@@ -650,16 +826,24 @@ def _node_take_down(
     """DOWN, and every live attempt there LOST and requeued (not charged as a retry).
 
     The one way a node goes DOWN, so that no path leaves its jobs RUNNING on a node
-    nothing polls any more. False when the node was no longer in `expected`.
+    nothing polls any more. False when the node was no longer in `expected`, or was
+    DOWN already: then its reason and return_state stay as whoever took it down left
+    them (a second launch giving up at the same time would otherwise clear return_state,
+    which reads as an admin's DOWN, and the node would never come back); its live
+    attempts are requeued all the same (whoever took it down may not have reached them).
     """
-    if not _node_set_state(
+    if node.state == NodeState.DOWN:
+        taken = False
+    elif _node_set_state(
         node_id=node.pk,
         to_state=NodeState.DOWN,
-        reason=reason,
+        reason=_outage_reason(reason, node=node),
         expected=expected,
         return_state=_return_state_for(node.state),
         silent_since=silent_since,
     ):
+        taken = True
+    else:
         return False
     cause = reason[:1].lower() + reason[1:].rstrip(".")
     for live in live_attempts_on_node(node_id=node.pk):
@@ -668,7 +852,7 @@ def _node_take_down(
             attempt=live.attempt,
             message=f"Node {node.name} went down ({cause}).",
         )
-    return True
+    return taken
 
 
 def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, list[str]]:
@@ -733,6 +917,11 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
 
     Stale attempts are stopped before the node rejoins the pool, so a new attempt never
     shares its GPUs with an old one. Returns the (job, attempt) pairs stopped.
+
+    Where it returns to, and with which reason, is read only after the SSH work, with
+    the row locked: an admin's drain or undrain (`cluster.services`), or a fault a
+    heartbeat recorded (`agents.heartbeats`), during those seconds changed both, and
+    the values read before it would write the old ones back.
     """
     node = Node.objects.get(pk=node_id)
     with node_ssh(node) as session:
@@ -741,9 +930,13 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
             session, keep=live_attempts_on_node(node_id=node_id), grace_seconds=grace_seconds
         )
     _release_stopped(node_id=node_id, ended_before=listed_at)
-    back_to = node.return_state or NodeState.UP
-    reason = node.state_reason if back_to != NodeState.UP else ""
-    _node_set_state(node_id=node_id, to_state=back_to, reason=reason, expected=[NodeState.DOWN])
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(pk=node_id, state=NodeState.DOWN).first()
+        if node is None:
+            return stale  # back already (another reconcile of the same return)
+        back_to = node.return_state or NodeState.UP
+        reason = node_reason_on_return(state_reason=node.state_reason, return_state=back_to)
+        _node_set_state(node_id=node_id, to_state=back_to, reason=reason)
     return stale
 
 

@@ -10,6 +10,22 @@ class NodeState(models.TextChoices):
 
 
 SCHEDULABLE_NODE_STATES = frozenset({NodeState.UP})
+DRAIN_STATES = frozenset({NodeState.DRAINING, NodeState.DRAINED})
+
+
+def node_can_drain(state: str, return_state: str) -> bool:
+    """UP or SUSPECT nodes drain; a DOWN one is marked to come back DRAINED (Slurm's
+    DOWN+DRAIN), unless it already returns to a drain."""
+    if state == NodeState.DOWN:
+        return return_state not in DRAIN_STATES
+    return state in {NodeState.UP, NodeState.SUSPECT}
+
+
+def node_can_undrain(state: str, return_state: str) -> bool:
+    """DRAINING or DRAINED nodes, and DOWN ones that would come back drained."""
+    if state == NodeState.DOWN:
+        return return_state in DRAIN_STATES
+    return state in DRAIN_STATES
 
 
 class DeviceKind(models.TextChoices):

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import math
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
 from .choices import DeviceKind, NodeState, Runtime
+
+# Device-type speeds an admin may set. Service is seconds × GPUs × speed: a speed near
+# the float limit (1e308) overflows it to inf, and inf - inf is NaN in every later round;
+# a subnormal one (1e-320) makes AlloX's cost matrix infeasible. Real ratios between GPU
+# generations are well inside these bounds.
+SPEED_MIN = 0.001
+SPEED_MAX = 1000.0
+SPEED_RANGE_TEXT = f"Enter a relative speed from {SPEED_MIN:g} to {SPEED_MAX:g} (reference 1.0)."
+
+
+def validate_speed(value: float) -> None:
+    """Field-level twin of the `devicetype_speed_range` constraint, so a form names `speed`."""
+    if not (math.isfinite(value) and SPEED_MIN <= value <= SPEED_MAX):
+        raise ValidationError(SPEED_RANGE_TEXT, code="speed_range")
 
 
 class DeviceType(models.Model):
@@ -15,13 +33,19 @@ class DeviceType(models.Model):
     display_name = models.CharField(max_length=64, blank=True)
     speed = models.FloatField(
         default=1.0,
-        help_text="Relative speed (reference 1.0). Attained service is normalized by it.",
+        validators=[validate_speed],
+        help_text=f"Relative speed (reference 1.0, from {SPEED_MIN:g} to {SPEED_MAX:g}). "
+        "Attained service is normalized by it.",
     )
 
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=Q(speed__gt=0), name="devicetype_speed_positive"),
+            models.CheckConstraint(
+                condition=Q(speed__gte=SPEED_MIN) & Q(speed__lte=SPEED_MAX),
+                name="devicetype_speed_range",
+                violation_error_message=SPEED_RANGE_TEXT,
+            ),
         ]
 
     def __str__(self) -> str:
@@ -31,14 +55,18 @@ class DeviceType(models.Model):
 class Node(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     address = models.CharField(max_length=255, help_text="Host name or IP for SSH.")
-    ssh_port = models.PositiveIntegerField(default=22)
+    # The validators name the field in forms; the constraint below guards every other path.
+    ssh_port = models.PositiveIntegerField(
+        default=22, validators=[MinValueValidator(1), MaxValueValidator(65535)]
+    )
     ssh_user = models.CharField(max_length=64, default="gpulab")
     runtime = models.CharField(max_length=16, choices=Runtime.choices, default=Runtime.DOCKER)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UP)
     state_reason = models.CharField(max_length=255, blank=True)
-    # Set only when the liveness sweep takes a node DOWN for silence: the state it returns
-    # to once it answers again (an admin's drain survives an outage). Empty when an admin
-    # set DOWN by hand: then heartbeats alone do not bring the node back.
+    # Set when a node is taken DOWN (silence, a launch that gave up): the state it returns
+    # to once it answers again (an admin's drain survives an outage). An admin's drain or
+    # undrain while it is DOWN sets it to DRAINED or UP (Slurm's DOWN+DRAIN). Empty when
+    # nothing offered a way back: then heartbeats alone do not bring the node back.
     return_state = models.CharField(max_length=16, choices=NodeState.choices, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -36,4 +36,4 @@ class DeviceUtilizationBucketAdmin(admin.ModelAdmin):
 
 @admin.register(AggregatesState)
 class AggregatesStateAdmin(admin.ModelAdmin):
-    list_display = ("updated_at", "usage_rebuilt_from", "last_duration_ms")
+    list_display = ("updated_at", "usage_rebuilt_from", "usage_time_zone", "last_duration_ms")

@@ -7,7 +7,9 @@ the `plotly` package (see `dashboard.finders`), and auto-refresh redraws it in p
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
 from django.utils import timezone
@@ -51,3 +53,48 @@ def chart_time(moment: datetime) -> str:
     """A moment as plotly should draw it: wall-clock time in the display zone, because
     plotly.js ignores UTC offsets in date strings (an aware datetime is drawn in UTC)."""
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
+
+
+def _utc_offset(moment: datetime) -> str:
+    offset = moment.utcoffset() or timedelta(0)
+    sign = "-" if offset < timedelta(0) else "+"
+    minutes = abs(offset) // timedelta(minutes=1)
+    return f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def hour_categories(periods: Sequence[datetime]) -> tuple[list[str], dict[str, object]]:
+    """x values and x-axis settings for one bar per local hour (`periods`: their starts).
+
+    Not a date axis: plotly.js drops the UTC offset of a date string, so the hour a daylight
+    saving change repeats (01:00 EDT, then 01:00 EST) would draw twice at one x. Each hour is
+    a category named by its wall-clock time, with the zone's abbreviation (or, if even that
+    repeats, its UTC offset) where the wall clock repeats, so every bar has its own slot and
+    hover label. Ticks every 6 local hours (four fit a phone's width unrotated), dated on the
+    first one and at midnight, as plotly dates its own time axes.
+    """
+    local = [timezone.localtime(period) for period in periods]
+    walls = [f"{moment:%Y-%m-%d %H:%M}" for moment in local]
+    repeated = {wall for wall, count in Counter(walls).items() if count > 1}
+    suffixes = [
+        f" {moment:%Z}" if wall in repeated else ""
+        for wall, moment in zip(walls, local, strict=True)
+    ]
+    labels = [wall + suffix for wall, suffix in zip(walls, suffixes, strict=True)]
+    if len(set(labels)) < len(labels):  # the abbreviation did not change: the offset did
+        suffixes = [
+            f" {_utc_offset(moment)}" if wall in repeated else ""
+            for wall, moment in zip(walls, local, strict=True)
+        ]
+        labels = [wall + suffix for wall, suffix in zip(walls, suffixes, strict=True)]
+    tickvals: list[str] = []
+    ticktext: list[str] = []
+    for label, suffix, moment in zip(labels, suffixes, local, strict=True):
+        if moment.minute or moment.hour % 6:
+            continue
+        text = f"{moment:%H:%M}{suffix}"
+        if not tickvals or moment.hour == 0:
+            text += f"<br>{moment:%b} {moment.day}"
+        tickvals.append(label)
+        ticktext.append(text)
+    axis = {"type": "category", "tickmode": "array", "tickvals": tickvals, "ticktext": ticktext}
+    return labels, axis

@@ -14,11 +14,14 @@ from django.db.models import Q
 class UsageHour(models.Model):
     """Device time held in one hour by one user, charged to one group, on one device type.
 
-    Rebuilt for every hour that may still change (see `dashboard.services`), so closed hours
-    are final and the current hour is always up to date as of the last task run.
+    Hours are those of the lab's time zone (settings.TIME_ZONE, `dashboard.services.
+    floor_hour`), so a local day is a whole number of rows, also where local midnight falls
+    at half past a UTC hour. Rebuilt for every hour that may still change (see
+    `dashboard.services`), so closed hours are final and the current hour is always up to
+    date as of the last task run.
     """
 
-    hour = models.DateTimeField()
+    hour = models.DateTimeField(help_text="Start of the hour, in the lab's time zone.")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     group = models.ForeignKey(
         "accounts.LabGroup", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
@@ -117,6 +120,15 @@ class AggregatesState(models.Model):
 
     usage_rebuilt_from = models.DateTimeField(
         null=True, blank=True, help_text="Hours before this one are final."
+    )
+    usage_time_zone = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=(
+            "The time zone whose hours the usage rows follow; a zone with other hour starts"
+            " re-slices them, keeping their rates."
+        ),
     )
     updated_at = models.DateTimeField(null=True, blank=True)
     last_duration_ms = models.FloatField(default=0.0)

@@ -6,12 +6,16 @@ run it twice, or skip a few runs; each run rebuilds exactly the rows that may ha
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
@@ -51,8 +55,67 @@ class AggregatesResult:
     duration_ms: float
 
 
-def floor_hour(moment: datetime) -> datetime:
-    return moment.replace(minute=0, second=0, microsecond=0)
+def _offset(moment: datetime, zone: tzinfo) -> timedelta:
+    return moment.astimezone(zone).utcoffset() or timedelta(0)
+
+
+def _offset_change(after: datetime, until: datetime, zone: tzinfo) -> datetime:
+    """The instant in (after, until] where the zone's UTC offset changes (there is one).
+
+    Zone transitions fall on whole seconds, so a binary search over seconds finds it
+    exactly (about a dozen steps for an hour).
+    """
+    offset = _offset(after, zone)
+    low, high = math.floor(after.timestamp()), math.ceil(until.timestamp())
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _offset(datetime.fromtimestamp(middle, UTC), zone) == offset:
+            low = middle
+        else:
+            high = middle
+    return datetime.fromtimestamp(high, UTC)
+
+
+def floor_hour(moment: datetime, *, zone: tzinfo | None = None) -> datetime:
+    """Start (in UTC) of the hour of the lab's time zone (settings.TIME_ZONE) holding `moment`.
+
+    Usage rows follow local hours, not UTC ones: in Asia/Kolkata (UTC+5:30) or
+    America/St_Johns (UTC-3:30) local midnight falls at half past a UTC hour, so UTC-hour rows
+    would straddle it and put up to half an hour per GPU on the wrong day. A local hour
+    starts where the wall clock reads HH:00, or where the offset changes mid-hour (the half
+    hour around Australia/Lord_Howe's 30-minute DST change), so every local midnight is the
+    start of one. `zone` (default: the lab's) is for comparing with another zone's hours.
+    """
+    zone = zone or timezone.get_default_timezone()
+    moment = moment.astimezone(UTC)
+    offset = _offset(moment, zone)
+    start = (moment + offset).replace(minute=0, second=0, microsecond=0) - offset
+    if _offset(start, zone) != offset:
+        # The offset changed between that wall-clock hour and `moment`: the hour began there.
+        start = _offset_change(start, moment, zone)
+    return start
+
+
+def next_hour(start: datetime, *, zone: tzinfo | None = None) -> datetime:
+    """The start of the local hour after the one starting at `start` (see `floor_hour`)."""
+    zone = zone or timezone.get_default_timezone()
+    following = floor_hour(start + HOUR, zone=zone)
+    if following <= start:  # pragma: no cover - no zone has two changes within an hour
+        return start + HOUR
+    before = following - timedelta(microseconds=1)
+    if _offset(before, zone) != _offset(start, zone):
+        following = _offset_change(start, before, zone)
+    return following
+
+
+def hour_starts(first: datetime, last: datetime, *, zone: tzinfo | None = None) -> list[datetime]:
+    """Every local hour start from the one holding `first` to the one holding `last`."""
+    starts = [floor_hour(first, zone=zone)]
+    while True:
+        following = next_hour(starts[-1], zone=zone)
+        if following > last:
+            return starts
+        starts.append(following)
 
 
 def floor_bucket(moment: datetime) -> datetime:
@@ -83,6 +146,7 @@ def aggregates_update(*, now: datetime | None = None) -> AggregatesResult:
         DeviceUtilizationBucket.objects.filter(start__lt=now - BUCKET_RETENTION).delete()
         duration_ms = (time.perf_counter() - started) * 1000
         state.usage_rebuilt_from = floor_hour(now - SETTLE_MARGIN)
+        state.usage_time_zone = settings.TIME_ZONE
         state.updated_at = now
         state.last_duration_ms = duration_ms
         state.version = uuid.uuid4()
@@ -97,19 +161,72 @@ def aggregates_update(*, now: datetime | None = None) -> AggregatesResult:
     )
 
 
+def _rows_zone(name: str) -> tzinfo | None:
+    """The zone whose hours rows recorded under `name` follow; None if this tz database
+    lacks it. Rows from before the zone was recorded ('', migration 0003) lie on UTC hours."""
+    if not name:
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
 def _usage_hours_rebuild(*, state: AggregatesState, now: datetime) -> tuple[int, int]:
     """Rebuild UsageHour rows for the hours [from, now]. Returns (hours, rows written).
 
     Hours before `from` are final: every allocation overlapping them had started by the time
     they were last rebuilt, after they had closed, so its share of them cannot change.
+    Rows follow the local hours of settings.TIME_ZONE (`floor_hour`). When the zone differs
+    from the one the rows were built in (a new setting, or rows from before rows followed
+    local hours):
+    - if both zones have the same hour starts over the rows' range (UTC and any zone a whole
+      number of hours off it throughout, DST changes included), the rows already lie on the
+      new hours: only the zone is recorded, and the run is incremental as usual;
+    - otherwise every row is rebuilt from the allocations, which are never deleted. A final
+      row's normalized hours were rated at the device speed of its day, and an admin may
+      have re-rated the type since: each piece of an allocation keeps the service per
+      GPU-second of the old final row it lay in, so history is re-sliced, never re-rated.
     """
-    rebuild_from = state.usage_rebuilt_from
+    zone_changed = (
+        state.usage_rebuilt_from is not None and state.usage_time_zone != settings.TIME_ZONE
+    )
+    old_zone = _rows_zone(state.usage_time_zone) if zone_changed else None
+    if zone_changed and old_zone is not None:
+        first_row = UsageHour.objects.aggregate(first=Min("hour"))["first"]
+        if first_row is not None:
+            first_row = min(first_row, state.usage_rebuilt_from)
+            last_row = state.usage_rebuilt_from
+            if hour_starts(first_row, last_row, zone=old_zone) == hour_starts(first_row, last_row):
+                zone_changed = False
+    rebuild_from = None if zone_changed else state.usage_rebuilt_from
     if rebuild_from is None:
         first = Allocation.objects.aggregate(first=Min("started_at"))["first"]
         if first is None:
+            if zone_changed:
+                UsageHour.objects.all().delete()
             return 0, 0
         rebuild_from = floor_hour(first)
-    rebuild_from = min(rebuild_from, floor_hour(now))
+    # On an hour start whatever the rows were built with (an older tz database may have
+    # put an hour edge elsewhere), so the rows deleted below are exactly those rebuilt.
+    rebuild_from = floor_hour(min(rebuild_from, now))
+    # Hour starts up to the one holding `now`, and the next one as the last one's end.
+    starts = hour_starts(rebuild_from, now)
+    starts.append(next_hour(starts[-1]))
+    # After a zone change: the old final rows' service per GPU-second, by (old hour, user,
+    # group, type), and the old hour starts, so each allocation is cut at both zones' hours.
+    carried: dict[tuple[datetime, int, int | None, int], float] = {}
+    old_starts: list[datetime] = []
+    if zone_changed and old_zone is not None:
+        final_rows = UsageHour.objects.filter(
+            hour__lt=state.usage_rebuilt_from, gpu_seconds__gt=0
+        ).values_list("hour", "user_id", "group_id", "device_type_id", "gpu_seconds", "service")
+        for hour, user_id, group_id, type_id, gpu_seconds, service in final_rows.iterator(
+            chunk_size=5000
+        ):
+            carried[(hour, user_id, group_id, type_id)] = service / gpu_seconds
+        old_starts = hour_starts(rebuild_from, state.usage_rebuilt_from, zone=old_zone)
+    cuts = sorted(set(starts) | set(old_starts)) if old_starts else starts
     overlapping = Allocation.objects.filter(started_at__lt=now).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=rebuild_from)
     )
@@ -127,15 +244,27 @@ def _usage_hours_rebuild(*, state: AggregatesState, now: datetime) -> tuple[int,
     for user_id, group_id, type_id, speed, started_at, ended_at in rows:
         begin = max(started_at, rebuild_from)
         end = min(ended_at or now, now)
-        hour = floor_hour(begin)
-        while hour < end:
-            seconds = (min(end, hour + HOUR) - max(begin, hour)).total_seconds()
+        i = bisect_right(cuts, begin) - 1
+        while cuts[i] < end:
+            piece, piece_end = cuts[i], cuts[i + 1]
+            seconds = (min(end, piece_end) - max(begin, piece)).total_seconds()
             if seconds > 0:
+                hour = starts[bisect_right(starts, piece) - 1] if old_starts else piece
+                rate = speed
+                if carried:
+                    old_hour = old_starts[bisect_right(old_starts, piece) - 1]
+                    rate = carried.get((old_hour, user_id, group_id, type_id), speed)
                 cell = totals[(hour, user_id, group_id, type_id)]
                 cell[0] += seconds
-                cell[1] += seconds * speed
-            hour += HOUR
-    UsageHour.objects.filter(hour__gte=rebuild_from).delete()
+                cell[1] += seconds * rate
+            i += 1
+    # After a zone change the old rows start on other instants: drop them all.
+    stale = (
+        UsageHour.objects.all()
+        if zone_changed
+        else UsageHour.objects.filter(hour__gte=rebuild_from)
+    )
+    stale.delete()
     UsageHour.objects.bulk_create(
         [
             UsageHour(
@@ -150,8 +279,7 @@ def _usage_hours_rebuild(*, state: AggregatesState, now: datetime) -> tuple[int,
         ],
         batch_size=2000,
     )
-    hours = int((floor_hour(now) - rebuild_from) / HOUR) + 1
-    return hours, len(totals)
+    return len(starts) - 1, len(totals)
 
 
 def _queue_sample(*, now: datetime) -> int:

@@ -11,7 +11,7 @@ from accounts.models import User
 from .choices import Consolidation
 from .models import Job
 from .services import JobSpec
-from .validation import MAX_COMMAND_LAUNCH_BYTES
+from .validation import MAX_COMMAND_LAUNCH_BYTES, MAX_WALLTIME_SECONDS
 
 
 class JobSubmitForm(forms.Form):
@@ -41,9 +41,14 @@ class JobSubmitForm(forms.Form):
     consolidation = forms.ChoiceField(
         choices=Consolidation.choices, initial=Consolidation.PREFERRED
     )
+    # The service's bound is in seconds; said here in the minutes this field is typed in.
     walltime_minutes = forms.IntegerField(
         required=False,
         min_value=1,
+        max_value=MAX_WALLTIME_SECONDS // 60,
+        error_messages={
+            "max_value": f"At most %(limit_value)s minutes ({MAX_WALLTIME_SECONDS // 86400} days)."
+        },
         label="Walltime (minutes)",
         help_text="Optional. The job is stopped and fails once it has run this long, "
         "all attempts together.",
@@ -87,13 +92,25 @@ class JobSubmitForm(forms.Form):
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
+        line_of: dict[str, int] = {}
+        repeated: list[str] = []
         for number, line in enumerate((self.cleaned_data.get("env") or "").splitlines(), start=1):
             if not line.strip():
                 continue
             name, sep, value = line.partition("=")
             if not sep:
                 raise forms.ValidationError(f"Line {number} is not NAME=value.")
-            env[name.strip()] = value
+            name = name.strip()
+            # A second value would silently replace the first: say which lines clash.
+            if name in line_of:
+                repeated.append(
+                    f"{name} is set again on line {number} (first on line {line_of[name]})."
+                )
+                continue
+            line_of[name] = number
+            env[name] = value
+        if repeated:
+            raise forms.ValidationError(repeated)
         return env
 
     def to_spec(self) -> JobSpec:

@@ -275,6 +275,10 @@ def job_transition(
         now = timezone.now()
         if to_state in TERMINAL_STATES:
             updates.setdefault("finished_at", now)
+        if from_state == JobState.PENDING and to_state != JobState.PENDING:
+            # Rounds write positions on PENDING rows only: one left on a job that leaves
+            # the queue (cancelled, started) would be shown as its place for ever.
+            updates.setdefault("queue_position", None)
         service, accounting = _accounting_updates(
             job_id=job_id, from_state=from_state, to_state=to_state, current=current, now=now
         )
@@ -420,7 +424,6 @@ def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> J
                 started_at=now,
                 first_started_at=Coalesce(F("first_started_at"), Value(now)),
                 reason="",
-                queue_position=None,
                 retry_not_before=None,
             )
             Allocation.objects.bulk_create(

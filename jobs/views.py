@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +21,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.vary import vary_on_headers
 from plotly.subplots import make_subplots
 
 from accounts.models import User
@@ -208,6 +210,9 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
                 for event, message in zip(events, described[1:], strict=True)
             ],
             "can_cancel": not terminal,
+            # Quoted as a shell would need it, so 'my run' stays one word and '' shows.
+            "command_line": shlex.join(job.command),
+            "walltime": _minutes_and_seconds(job.walltime_seconds) if job.walltime_seconds else "",
             "attained_service": job.attained_service + live,
             "run_minutes": selectors.job_run_seconds(
                 state=job.state,
@@ -224,6 +229,13 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             "refresh_seconds": None if terminal else DETAIL_REFRESH_SECONDS,
         },
     )
+
+
+def _minutes_and_seconds(seconds: int) -> str:
+    """A limit typed in minutes, exactly: "60 min", or "2 min 30 s" for one set through
+    the API in seconds (rounding it would show a limit the job does not have)."""
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest} s" if rest else f"{minutes} min"
 
 
 def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
@@ -284,11 +296,18 @@ def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
     return figure_json(figure)
 
 
+# job_detail.js sends this header with its fetches; a request without it (the <noscript>
+# links, a link opened in a new tab) gets the log as a whole page rather than a bare fragment.
+SCRIPT_HEADER = "X-Refresh"
+
+
 @login_required
 @require_GET
 @never_cache
+@vary_on_headers(SCRIPT_HEADER)
 def job_logs_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
-    """The log region of the detail page, as an HTML fragment that job_detail.js loads.
+    """The log region of the detail page, as an HTML fragment that job_detail.js loads
+    (as a whole page, jobs/logs.html, for a request that is not the script's).
 
     Apart from the page because reading a log is SSH to the node: a node that does not
     answer can take the SSH timeout × connect attempts, and the page must not wait for it.
@@ -297,9 +316,10 @@ def job_logs_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
     stream = request.GET.get("stream", "stdout")
     if stream not in LOG_STREAMS:
         stream = "stdout"
+    fragment = request.headers.get(SCRIPT_HEADER) == "1"
     return render(
         request,
-        "jobs/_logs.html",
+        "jobs/_logs.html" if fragment else "jobs/logs.html",
         {
             "job": job,
             "log": job_log_tail(job=job, stream=stream, max_lines=LOG_TAIL_LINES),
@@ -314,8 +334,17 @@ def job_logs_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def job_cancel_page(request: HttpRequest, job_id: int) -> HttpResponse:
+    if request.method != "POST":
+        # The login form sends a cancel posted after the session ended back here as a GET:
+        # show the job and cancel nothing (a GET never changes anything), saying so.
+        job = _job_or_404(request, job_id)
+        if job.state not in TERMINAL_STATES:
+            messages.info(
+                request, f"Job #{job.pk} was not cancelled; press Cancel job to cancel it."
+            )
+        return redirect("jobs:detail", job_id=job.pk)
     try:
         services.job_cancel(job_id=job_id, by=request.user)
     except NotFound as exc:

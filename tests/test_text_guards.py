@@ -37,25 +37,32 @@ def test_a_submission_with_unstorable_text_is_refused_naming_the_field(
 
 @pytest.mark.parametrize(
     ("path", "parameter"),
-    [
-        ("/api/v1/jobs/?owner=%00", "owner"),
-        ("/api/v1/jobs/?group=%00", "group"),
-        ("/jobs/?owner=%00", "owner"),
-        ("/manage/quotas/?q=a%00", "q"),
-    ],
+    [("/api/v1/jobs/?owner=%00", "owner"), ("/api/v1/jobs/?group=%00", "group")],
 )
 @pytest.mark.django_db
-def test_a_query_parameter_with_a_nul_is_a_400_naming_it(lab_admin, path, parameter):
+def test_an_api_query_parameter_with_a_nul_is_a_json_400_naming_it(lab_admin, path, parameter):
     response = logged_in(lab_admin).get(path)
     assert response.status_code == 400
     assert response.json() == {parameter: [f"Parameter {parameter!r} contains a NUL character."]}
+
+
+@pytest.mark.parametrize(
+    ("path", "parameter"), [("/jobs/?owner=%00", "owner"), ("/manage/quotas/?q=a%00", "q")]
+)
+@pytest.mark.django_db
+def test_a_page_query_parameter_with_a_nul_is_an_html_400_naming_it(lab_admin, path, parameter):
+    response = logged_in(lab_admin).get(path)
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+    page = response.content.decode()
+    assert f"The field <code>{parameter}</code> contains a NUL character" in page
 
 
 @pytest.mark.django_db
 def test_a_form_field_with_a_nul_is_a_400_and_creates_nothing(owner):
     response = logged_in(owner).post("/account/tokens/", {"name": "a\x00b"})
     assert response.status_code == 400
-    assert "name" in response.json()
+    assert "<code>name</code> contains a NUL character" in response.content.decode()
     assert not ApiToken.objects.exists()
 
 
@@ -79,3 +86,14 @@ def test_json_as_deep_as_the_cap_is_parsed(owner, small_cluster, api_as):
     response = api_as(owner).post("/api/v1/jobs/", body, content_type="application/json")
     assert response.status_code == 400
     assert "env" in response.json()
+
+
+@pytest.mark.django_db
+def test_a_key_given_twice_is_a_400_naming_it_not_the_last_value_silently(
+    owner, small_cluster, api_as
+):
+    body = '{"image": "busybox", "command": ["a"], "num_gpus": 1, "num_gpus": 2}'
+    response = api_as(owner).post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"num_gpus": ["num_gpus is given more than once."]}
+    assert not Job.objects.exists()

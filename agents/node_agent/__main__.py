@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
-    token = args.token_file.read_text().strip()
+    try:
+        token = args.token_file.read_text().strip()
+    except OSError as exc:
+        return _fail(f"cannot read the token file {args.token_file}: {exc.strerror}.")
     if args.simulated_gpus:
         from .simnvml import SimGpu, SimulatedNvml
 
@@ -144,11 +147,23 @@ def main(argv: list[str] | None = None) -> int:
             [SimGpu(uuid=f"GPU-sim-{host}-{i}") for i in range(args.simulated_gpus)]
         )
     else:
-        import pynvml  # only on a real node
-
+        try:
+            import pynvml  # only on a real node
+        except ImportError as exc:
+            return _fail(
+                f"cannot import pynvml ({exc}): install nvidia-ml-py for this Python "
+                f"({sys.executable} -m pip install nvidia-ml-py)."
+            )
         nvml = pynvml
+    try:
+        collector = NvmlCollector(nvml)
+    except nvml.NVMLError as exc:  # no libnvidia-ml.so.1, or no driver loaded
+        return _fail(
+            f"NVML did not start ({exc}): install the NVIDIA driver, which provides "
+            "libnvidia-ml.so.1, and check that nvidia-smi works."
+        )
     delivered = run(
-        NvmlCollector(nvml),
+        collector,
         UrllibSession(),
         url=args.url,
         token=token,
@@ -156,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         beats=1 if args.once else None,
     )
     return 0 if delivered or not args.once else 1
+
+
+def _fail(message: str) -> int:
+    """One line saying what to install or fix, instead of a traceback; exit status 1."""
+    print(f"gpulab-node-agent: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

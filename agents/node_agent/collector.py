@@ -24,6 +24,16 @@ logger = logging.getLogger("gpulab.node_agent")
 AGENT_VERSION = "2"
 MIB = 1024 * 1024
 NVML_ERROR_GPU_IS_LOST = 15  # pynvml.NVML_ERROR_GPU_IS_LOST
+NVML_ERROR_FUNCTION_NOT_FOUND = 13  # pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+
+# Which processes use a GPU, newest call first. pynvml's unversioned call is the newest
+# struct version it knows (`_v3` in nvidia-ml-py 11.510 and later), a symbol NVIDIA drivers
+# before 510 lack: pynvml then raises NVMLLibraryMismatchError (not an NVMLError). `_v2`,
+# which those drivers answer, returns the same fields.
+COMPUTE_PROCESS_CALLS = (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+)
 
 # What the control plane accepts (agents/api/serializers.py; a test checks that both
 # agree). One value past them and the whole heartbeat is refused, the node's liveness
@@ -41,10 +51,27 @@ JobOf = Callable[[int], "tuple[int, int] | None"]
 
 
 def job_of_pid_from_proc(proc_root: str | os.PathLike[str] = "/proc") -> JobOf:
+    warned = False
+
     def job_of(pid: int) -> tuple[int, int] | None:
+        nonlocal warned
         try:
             raw = (Path(proc_root) / str(pid) / "environ").read_bytes()
-        except OSError:  # gone, or another user's process (run the agent as root)
+        except PermissionError:
+            # Another user's process: docker jobs run as root, so an agent that is not
+            # root sees their GPU use unowned and reads no progress, silently. Said once,
+            # not on every heartbeat.
+            if not warned:
+                warned = True
+                logger.warning(
+                    "Cannot read %s/%d/environ (permission denied): GPU processes of other "
+                    "users are reported without their job, and their progress is not read. "
+                    "Run the agent as root (required on docker nodes).",
+                    proc_root,
+                    pid,
+                )
+            return None
+        except OSError:  # the process is gone
             return None
         variables = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
         job, attempt = variables.get(b"GPULAB_JOB_ID"), variables.get(b"GPULAB_ATTEMPT")
@@ -169,6 +196,8 @@ class NvmlCollector:
         self.nvml = nvml
         self.job_of = job_of or job_of_pid_from_proc()
         self.progress_of = progress_of or progress_from_proc()
+        self.process_calls = list(COMPUTE_PROCESS_CALLS)  # those this NVML may still answer
+        self.failed_calls: set[str] = set()  # logged once each
         nvml.nvmlInit()
         self.gpus: list[_Gpu] = []
         for index in range(nvml.nvmlDeviceGetCount()):
@@ -197,14 +226,55 @@ class NvmlCollector:
                     )
 
     def _try(self, call: Callable[..., Any], *args: Any) -> Any:
-        """None where a GPU does not support a reading (ECC on GeForce cards, say);
-        GpuLost where NVML has lost the GPU itself."""
+        """None where a GPU does not support a reading (ECC on GeForce cards, say) or the
+        reading fails in any other way; GpuLost where NVML has lost the GPU itself.
+
+        Every reading is optional: one that fails must cost that value, never the whole
+        heartbeat (and with it the node's liveness).
+        """
         try:
             return call(*args)
         except self.nvml.NVMLError as exc:
             if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST:
                 raise GpuLost(str(exc)) from exc
             return None
+        except Exception as exc:  # NVMLLibraryMismatchError, a driver/pynvml mismatch...
+            self._log_once(getattr(call, "__name__", repr(call)), exc)
+            return None
+
+    def _log_once(self, name: str, exc: BaseException) -> None:
+        if name not in self.failed_calls:
+            self.failed_calls.add(name)
+            logger.warning(
+                "NVML %s failed (%s: %s); reported as no reading.", name, type(exc).__name__, exc
+            )
+
+    def _compute_processes(self, handle: Any) -> list[Any] | None:
+        """The processes using a GPU, through the newest call this NVML answers; None
+        when it cannot tell. GpuLost where NVML has lost the GPU."""
+        nvml = self.nvml
+        mismatch = getattr(nvml, "NVMLLibraryMismatchError", ())  # absent from old pynvml
+        while self.process_calls:
+            name = self.process_calls[0]
+            call = getattr(nvml, name, None)
+            if call is not None:
+                try:
+                    return call(handle)
+                except nvml.NVMLError as exc:
+                    value = getattr(exc, "value", None)
+                    if value == NVML_ERROR_GPU_IS_LOST:
+                        raise GpuLost(str(exc)) from exc
+                    if value != NVML_ERROR_FUNCTION_NOT_FOUND:
+                        return None  # this GPU cannot tell now; the next beat asks again
+                except mismatch:
+                    pass
+                except Exception as exc:
+                    self._log_once(name, exc)
+                    return None
+            # Not in this driver's NVML (older than the pynvml): never ask it again.
+            logger.warning("This NVML has no %s (an NVIDIA driver before 510?).", name)
+            self.process_calls.pop(0)
+        return None
 
     def _xid_events(self) -> None:
         """Drain pending Xid events without waiting into `undelivered_xids` (uuid → codes)."""
@@ -215,6 +285,9 @@ class NvmlCollector:
                 event = self.nvml.nvmlEventSetWait_v2(self.events, 0)
             except self.nvml.NVMLError:
                 return  # NVML_ERROR_TIMEOUT: nothing (more) pending
+            except Exception as exc:  # never the reason a heartbeat is not sent
+                self._log_once("nvmlEventSetWait_v2", exc)
+                return
             uuid = self.uuid_of_handle.get(_handle_key(event.device))
             if uuid is None:
                 logger.error("Xid %s on a GPU the agent does not know", event.eventData)
@@ -291,7 +364,7 @@ class NvmlCollector:
             nvml.NVML_VOLATILE_ECC,
         )
         processes = []
-        for process in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+        for process in self._compute_processes(handle) or []:
             pid = int(process.pid)
             owner = self.job_of(pid)
             if owner is not None:

@@ -25,6 +25,10 @@ class NVMLError(Exception):
         self.value = value
 
 
+class NVMLLibraryMismatchError(Exception):
+    """What pynvml raises for an unversioned call whose newest symbol the driver lacks."""
+
+
 @dataclass
 class SimProcess:
     pid: int
@@ -70,6 +74,7 @@ class SimulatedNvml:
     """Stands in for the `pynvml` module: `NvmlCollector(SimulatedNvml([...]))`."""
 
     NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
@@ -159,6 +164,17 @@ class SimulatedNvml:
         return handle.ecc_uncorrected
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: SimGpu) -> list[SimProcess]:
+        # pynvml calls the `_v3` symbol, which drivers before 510 do not have.
+        major = self.driver.split(".")[0]
+        if major.isdigit() and int(major) < 510:
+            raise NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML "
+                "lib version. Either use matching pyNVML and NVML lib versions or use a "
+                "versioned function such as nvmlDeviceGetComputeRunningProcesses_v2"
+            )
+        return self.nvmlDeviceGetComputeRunningProcesses_v2(handle)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: SimGpu) -> list[SimProcess]:
         self._reachable(handle)
         return list(handle.processes)
 

@@ -25,7 +25,12 @@ class FairnessShareOutput(serializers.Serializer):
     normalized_hours = serializers.FloatField(help_text="GPU-hours × device-type speed.")
     share = serializers.FloatField(help_text="Fraction of the window's normalized GPU-time.")
     weight = serializers.FloatField(allow_null=True, help_text='Null on "other users".')
-    entitled = serializers.FloatField(help_text="weight / Σ weights of the participants.")
+    entitled = serializers.FloatField(
+        help_text="A group: weight / Σ weights of the participating groups. A user: user "
+        "weight × group weight (for a user in several groups, of the group where that is "
+        "largest) / the same over all participating users, the scheduler's fair-share rule. "
+        "Participants used GPUs in the window or have jobs now."
+    )
     ratio = serializers.FloatField(allow_null=True, help_text="share / entitled.")
     is_self = serializers.BooleanField()
     is_aggregate = serializers.BooleanField()
@@ -51,7 +56,10 @@ class FairnessOrderOutput(serializers.Serializer):
 
 class FairnessOutput(serializers.Serializer):
     window = serializers.CharField()
-    since = serializers.DateTimeField()
+    since = serializers.DateTimeField(
+        help_text="Start of the window: of its first hour (24h) or local day (7d, 30d), as "
+        "`start` of /api/v1/utilization/."
+    )
     normalized_hours = serializers.FloatField()
     group_jain = serializers.FloatField(allow_null=True, help_text="Null when nothing was used.")
     user_jain = serializers.FloatField(allow_null=True)
@@ -72,7 +80,7 @@ class FairnessApi(APIView):
         summary="Shares of GPU-time vs entitled shares, Jain's index, fair-share order",
         description=(
             "Per group and per user: share of normalized GPU-time over the window vs the "
-            "weight share, Jain's fairness index over share / entitled, and the order in which "
+            "entitled share, Jain's fairness index over share / entitled, and the order in which "
             "the scheduler's fair share serves users with active jobs now. Students see every "
             "group but only themselves among users (others are summed as 'other users' and "
             "appear in the order as a rank only)."

@@ -32,7 +32,10 @@ class QueueEntryOutput(serializers.Serializer):
     accepted_types = serializers.ListField(child=serializers.CharField())
     queue_level = serializers.IntegerField()
     queue_position = serializers.IntegerField(allow_null=True)
-    attained_gpu_hours = serializers.FloatField(help_text="Normalized by device speed.")
+    attained_gpu_hours = serializers.FloatField(
+        help_text="Attained service in normalized GPU-hours: hours held x GPUs x device speed "
+        "(the Tiresias queues' measure, not plain GPU-hours); up to now for running jobs."
+    )
     waiting_seconds = serializers.FloatField(
         help_text="Pending: since it last became pending. Running: since it started."
     )

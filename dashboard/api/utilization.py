@@ -84,8 +84,12 @@ class IdleOutput(serializers.Serializer):
 
 class UtilizationOutput(serializers.Serializer):
     window = serializers.ChoiceField(choices=list(WINDOWS))
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
+    start = serializers.DateTimeField(
+        help_text="Start of the window: of its first hour (24h) or local day (7d, 30d), so "
+        "24h is the last 24 hours with this one, 7d and 30d the last days with today; "
+        "equal to `usage.periods[0]`. `series` starts here too."
+    )
+    end = serializers.DateTimeField(help_text="Now: the window's last period is still going.")
     bucket_seconds = serializers.IntegerField(help_text="Averaging bucket of `series`.")
     series = TypeSeriesOutput(many=True)
     usage = UsageOutput()
@@ -98,9 +102,11 @@ class UtilizationApi(APIView):
         description=(
             "Allocated and used GPUs per device type over the window (averaged into at most "
             "~600 points a series); GPU-hours per user and per group for each hour (24h) or "
-            "day (7d, 30d); running jobs whose GPUs averaged below 10 % use over the last 15 "
-            "minutes. Students see their own GPU-hours and everyone else's summed as 'Other "
-            "users', and only their own jobs in the idle list; admins see everyone."
+            "local day (7d, 30d). The window runs from `start` (the start of its first hour, "
+            "or local day: 7d is the last 7 days with today) to now; running jobs whose GPUs "
+            "averaged below 10 % use over the last 15 minutes. Students see their own "
+            "GPU-hours and everyone else's summed as 'Other users', and only their own jobs "
+            "in the idle list; admins see everyone."
         ),
         parameters=[
             OpenApiParameter(
@@ -120,7 +126,8 @@ class UtilizationApi(APIView):
         idle = idle_allocated_jobs(viewer=request.user, now=now)
         data = {
             "window": window.key,
-            "start": now - window.span,
+            # The window starts where its first period does, so `start` and `periods` agree.
+            "start": usage.periods[0],
             "end": now,
             "bucket_seconds": int(window.series_bucket.total_seconds()),
             "series": allocation_series(window=window, now=now),

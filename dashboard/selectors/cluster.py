@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from agents.models import GpuSample
-from cluster.choices import DeviceKind, NodeState
+from cluster.choices import DeviceKind, NodeState, node_can_drain, node_can_undrain
 from cluster.models import Device, Node
 from jobs.choices import HOLDING_STATES
 from jobs.models import Allocation
@@ -32,8 +32,6 @@ from ..services import FRESH_READING
 HEALTH_WINDOW = timedelta(hours=1)
 # Nodes whose free devices nothing can use until an admin acts or the node comes back.
 OUT_OF_SERVICE_STATES = frozenset({NodeState.DOWN, NodeState.DRAINED})
-DRAINABLE_STATES = frozenset({NodeState.UP, NodeState.SUSPECT})
-UNDRAINABLE_STATES = frozenset({NodeState.DRAINING, NodeState.DRAINED})
 
 
 def age_text(seconds: float | None) -> str:
@@ -92,6 +90,8 @@ class NodeRow:
     state: str
     state_label: str
     state_reason: str
+    # Where a DOWN node goes when it answers again: a drained one offers undrain.
+    return_state: str
     runtime: str
     runtime_label: str
     simulated: bool
@@ -105,11 +105,11 @@ class NodeRow:
 
     @property
     def can_drain(self) -> bool:
-        return self.state in DRAINABLE_STATES
+        return node_can_drain(self.state, self.return_state)
 
     @property
     def can_undrain(self) -> bool:
-        return self.state in UNDRAINABLE_STATES
+        return node_can_undrain(self.state, self.return_state)
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,14 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
     now = now or timezone.now()
     nodes = list(
         Node.objects.order_by("name").only(
-            "id", "name", "state", "state_reason", "runtime", "simulated", "last_heartbeat_at"
+            "id",
+            "name",
+            "state",
+            "state_reason",
+            "return_state",
+            "runtime",
+            "simulated",
+            "last_heartbeat_at",
         )
     )
     devices_by_node: dict[int, list[Device]] = defaultdict(list)
@@ -263,6 +270,7 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
                 state=node.state,
                 state_label=NodeState(node.state).label,
                 state_reason=node.state_reason,
+                return_state=node.return_state,
                 runtime=node.runtime,
                 runtime_label=node.get_runtime_display(),
                 simulated=node.simulated,

@@ -35,6 +35,9 @@ from scheduler.policies.fairness import normalized_usage
 from scheduler.selectors import scheduler_config_get, scheduler_settings_from
 from scheduler.snapshot import snapshot_build
 
+from .utilization import WINDOWS as USAGE_WINDOWS
+from .utilization import window_start
+
 WINDOWS: dict[str, timedelta] = {
     "24h": timedelta(hours=24),
     "7d": timedelta(days=7),
@@ -143,23 +146,49 @@ def jain_index(values: Sequence[float]) -> float | None:
     return sum(values) ** 2 / (len(values) * squares)
 
 
+def _normalized(parts: dict[int | None, float]) -> dict[int | None, float]:
+    """Each key's part of the whole (negative parts count as 0); all 0 when nothing is due."""
+    total = math.fsum(max(part, 0.0) for part in parts.values())
+    return {key: max(part, 0.0) / total if total > 0 else 0.0 for key, part in parts.items()}
+
+
+def _user_entitlements(
+    *,
+    pairs: Iterable[tuple[int, int | None]],
+    user_weights: dict[int | None, float],
+    group_weights: dict[int | None, float],
+) -> dict[int | None, float]:
+    """A user's entitled share, by the scheduler's fair-share rule (`normalized_usage`).
+
+    The scheduler keys each (user, group) pair by the user's *whole* usage ÷ (user weight ×
+    that group's share), and serves the lowest key first. A user in two groups is therefore
+    served through their better pair, whose key is the lower one: usage ÷ max over their
+    pairs of (user weight × group share). The usage it evens out is proportional to that
+    best pair's weight, never to the sum over the pairs (summing would promise a two-group
+    user more than the scheduler ever gives them). A group's share is not split among its
+    members, as the scheduler does not split it either.
+    """
+    parts: dict[int | None, float] = defaultdict(float)
+    for user_id, group_id in pairs:
+        weight = max(user_weights[user_id], 0.0) * max(group_weights[group_id], 0.0)
+        parts[user_id] = max(parts[user_id], weight)
+    return _normalized(parts)
+
+
 def _share_rows(
     *,
     names: dict[int | None, str],
     weights: dict[int | None, float],
     used: dict[int | None, tuple[float, float]],
-    participants: Iterable[int | None],
+    entitled: dict[int | None, float],
     total_service: float,
     self_key: int | None = None,
 ) -> list[ShareRow]:
-    """Share rows of `participants`, sorted by name; `used` is key -> (gpu_s, service)."""
-    keys = list(participants)
-    total_weight = sum(max(weights[key], 0.0) for key in keys)
+    """Share rows of the keys of `entitled`, sorted by name; `used` is key -> (gpu_s, service)."""
     rows = []
-    for key in keys:
+    for key, due in entitled.items():
         gpu_seconds, service = used.get(key, (0.0, 0.0))
         share = service / total_service if total_service > 0 else 0.0
-        entitled = max(weights[key], 0.0) / total_weight if total_weight > 0 else 0.0
         rows.append(
             ShareRow(
                 name=names[key],
@@ -167,8 +196,8 @@ def _share_rows(
                 normalized_hours=service / 3600,
                 share=share,
                 weight=weights[key],
-                entitled=entitled,
-                ratio=share / entitled if entitled > 0 else None,
+                entitled=due,
+                ratio=share / due if due > 0 else None,
                 is_self=self_key is not None and key == self_key,
             )
         )
@@ -200,23 +229,27 @@ def _others_summed(rows: list[ShareRow]) -> list[ShareRow]:
 def fairness_report(*, viewer: User, window: str, now: datetime | None = None) -> FairnessReport:
     """Shares over `window` (a WINDOWS key), Jain's indices, and the fair-share order now.
 
-    1. GPU-time per group and per user from UsageHour since the start of the hour
-       `window` ago (one grouped query).
-    2. Participants: groups (users) that used anything in the window or have active jobs;
-       entitled share = weight / Σ weights of the participants. Jobs without a group count
-       as one group of weight 1, as the scheduler counts them.
+    1. GPU-time per (user, group) from UsageHour since the window's start (`window_start`:
+       the start of its first hour, or local day, as on the utilization page; one grouped
+       query).
+    2. Participants: (user, group) pairs that used anything in the window or have active
+       jobs. A group's entitled share = its weight / Σ weights of the participating groups;
+       a user's = user weight × group weight of their best pair, normalized over all
+       users, which is what the scheduler's fair share evens out (`_user_entitlements`). Jobs
+       without a group count as one group of weight 1, as the scheduler counts them.
     3. Jain's index over share / entitled, for groups and for users (over everyone, also
        for a student: the index names nobody).
     4. The fair-share order (`fair_share_order_rows`).
     5. Redaction for students (see the module docstring).
     """
     now = now or timezone.now()
-    since = (now - WINDOWS[window]).replace(minute=0, second=0, microsecond=0)
+    since = window_start(window=USAGE_WINDOWS[window], now=now)
     names_visible = viewer.is_lab_admin
 
     # One grouped scan of the window, summed per group and per user here (a few hundred rows).
     by_group: dict[int | None, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     by_user: dict[int | None, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    pairs: set[tuple[int, int | None]] = set()
     cells = (
         UsageHour.objects.filter(hour__gte=since, hour__lte=now)
         .order_by()
@@ -227,16 +260,16 @@ def fairness_report(*, viewer: User, window: str, now: datetime | None = None) -
         for totals, key in ((by_group, group_id), (by_user, user_id)):
             gpu_before, service_before = totals[key]
             totals[key] = (gpu_before + (gpu_seconds or 0.0), service_before + (service or 0.0))
-    active = set(
+        if (service or 0.0) > 0:
+            pairs.add((user_id, group_id))
+    pairs |= set(
         Job.objects.filter(state__in=ACTIVE_STATES)
         .order_by()
         .values_list("owner_id", "group_id")
         .distinct()
     )
-    group_keys = {key for key, (_, service) in by_group.items() if service > 0}
-    group_keys |= {group_id for _, group_id in active}
-    user_keys = {key for key, (_, service) in by_user.items() if service > 0}
-    user_keys |= {owner_id for owner_id, _ in active}
+    group_keys = {group_id for _, group_id in pairs}
+    user_keys = {user_id for user_id, _ in pairs}
 
     group_names: dict[int | None, str] = {None: NO_GROUP}
     group_weights: dict[int | None, float] = {None: 1.0}
@@ -252,21 +285,23 @@ def fairness_report(*, viewer: User, window: str, now: datetime | None = None) -
         user_names[pk], user_weights[pk] = name, weight
     # A row deleted since it was aggregated has no name or weight left: leave it out.
     group_keys &= set(group_names)
-    user_keys &= set(user_names)
+    pairs = {(user, group) for user, group in pairs if user in user_names and group in group_keys}
 
     total_service = sum(service for _, service in by_group.values())
     groups = _share_rows(
         names=group_names,
         weights=group_weights,
         used=by_group,
-        participants=group_keys,
+        entitled=_normalized({key: group_weights[key] for key in group_keys}),
         total_service=total_service,
     )
     users = _share_rows(
         names=user_names,
         weights=user_weights,
         used=by_user,
-        participants=user_keys,
+        entitled=_user_entitlements(
+            pairs=pairs, user_weights=user_weights, group_weights=group_weights
+        ),
         total_service=total_service,
         self_key=viewer.pk,
     )

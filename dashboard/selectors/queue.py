@@ -27,7 +27,7 @@ REASON_WORDS = {
     "WaitingForResources": "Waiting for free GPUs",
     "TypeUnavailable": "No schedulable GPU of an accepted type",
     "Behind": "Waiting behind higher-priority jobs",
-    "NodeDrained": "The nodes it needs are drained",
+    "NodeDrained": "The nodes it needs take no new jobs",
     "Reserved": "Free GPUs are kept for a job that has waited long",
     "OwnerDisabled": "The owner's account is disabled",
     "WaitingForFasterType": "Waiting for a faster GPU type",
@@ -60,6 +60,8 @@ class QueueEntry:
     accepted_types: list[str]
     queue_level: int
     queue_position: int | None
+    # Attained service in normalized GPU-hours (hours x GPUs x device speed), the Tiresias
+    # queues' measure; not plain GPU-hours, although the name (kept for the API) says so.
     attained_gpu_hours: float
     waiting_seconds: float
     reason: str

@@ -80,7 +80,8 @@ def _lines(
 def usage_report(*, start: date, end: date) -> UsageReport:
     """GPU-hours and normalized GPU-hours from `start` to `end` (both days included).
 
-    Days are those of the configured time zone. Hours held without a group are reported
+    Days are those of the configured time zone, and exact: usage rows start on its local
+    hours, so local midnight never falls inside one. Hours held without a group are reported
     under the group "(no group)", so the group table adds up to the user table.
     """
     # One grouped scan by ids (user x group x type: a few hundred rows), summed both ways

@@ -13,7 +13,7 @@ sees only their own jobs.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, time, timedelta
 
 from django.db.models import Avg, BigIntegerField, Count, F, Func, Max, Q, Sum
@@ -40,21 +40,47 @@ NO_GROUP_LABEL = "No group"
 @dataclass(frozen=True)
 class Window:
     """A time window of the page: its span, how finely allocated/used is averaged (at most
-    ~600 points a series), and whether GPU-hours are stacked per hour or per day."""
+    ~600 points a series), and whether GPU-hours are stacked per hour or per day.
+
+    A window is a whole number of local hours or days ending with the current one (see
+    `window_start`); `covers` says so wherever the window is named.
+    """
 
     key: str
     label: str
     span: timedelta
     series_bucket: timedelta
     usage_period: str  # "hour" or "day"
+    covers: str
 
 
 WINDOWS: dict[str, Window] = {
     window.key: window
     for window in (
-        Window("24h", "24 h", timedelta(hours=24), timedelta(minutes=5), "hour"),  # 288 points
-        Window("7d", "7 d", timedelta(days=7), timedelta(minutes=30), "day"),  # 336 points
-        Window("30d", "30 d", timedelta(days=30), timedelta(hours=2), "day"),  # 360 points
+        Window(
+            key="24h",
+            label="24 h",
+            span=timedelta(hours=24),
+            series_bucket=timedelta(minutes=5),  # 288 points
+            usage_period="hour",
+            covers="last 24 hours, this hour included",
+        ),
+        Window(
+            key="7d",
+            label="7 d",
+            span=timedelta(days=7),
+            series_bucket=timedelta(minutes=30),  # 336 points
+            usage_period="day",
+            covers="last 7 days, today included",
+        ),
+        Window(
+            key="30d",
+            label="30 d",
+            span=timedelta(days=30),
+            series_bucket=timedelta(hours=2),  # 360 points
+            usage_period="day",
+            covers="last 30 days, today included",
+        ),
     )
 }
 DEFAULT_WINDOW = WINDOWS["24h"]
@@ -133,13 +159,14 @@ class TypeSeries:
 def allocation_series(*, window: Window, now: datetime | None = None) -> list[TypeSeries]:
     """Allocated and used GPUs per device type over `window`, averaged per `series_bucket`.
 
-    One grouped query over UtilizationSample; a bucket with no sample (the task did not
-    run) is simply absent, so the chart shows a gap in time rather than a false zero.
+    From `window_start` to `now`, like the window's GPU-hours. One grouped query over
+    UtilizationSample; a bucket with no sample (the task did not run) is simply absent, so
+    the chart shows a gap in time rather than a false zero.
     """
     now = now or timezone.now()
     seconds = int(window.series_bucket.total_seconds())
     rows = (
-        UtilizationSample.objects.filter(at__gt=now - window.span, at__lte=now)
+        UtilizationSample.objects.filter(at__gte=window_start(window=window, now=now), at__lte=now)
         .annotate(bucket=_EpochBucket("at", seconds=seconds))
         .values("device_type__name", "bucket")
         .annotate(devices=Max("devices"), allocated=Avg("allocated"), used=Avg("used"))
@@ -189,17 +216,29 @@ class UsageBreakdown:
 
 
 def _periods(*, window: Window, now: datetime) -> list[datetime]:
-    """Start of every period of the window: the last 24 hours, or the last 7 or 30 local days."""
+    """Start of every period of the window: the last 24 local hours (this one included), or
+    the last 7 or 30 local days (today included)."""
     if window.usage_period == "hour":
-        last = floor_hour(now)
-        count = int(window.span / HOUR)
-        return [last - HOUR * (count - 1 - i) for i in range(count)]
+        starts = [floor_hour(now)]
+        while len(starts) < int(window.span / HOUR):
+            # The hour before: where the hour holding the instant just before this one began.
+            starts.insert(0, floor_hour(starts[0] - timedelta(microseconds=1)))
+        return starts
     today = timezone.localdate(now)
     days = window.span.days
     return [
         timezone.make_aware(datetime.combine(today - timedelta(days=days - 1 - i), time.min))
         for i in range(days)
     ]
+
+
+def window_start(*, window: Window, now: datetime) -> datetime:
+    """Where `window` begins as of `now`: the start of its first hour (24 h) or local day.
+
+    Every figure of the window and the fairness page's shares start here, so "last 7 days"
+    means the same span everywhere: the 6 local days before today, and today so far.
+    """
+    return _periods(window=window, now=now)[0]
 
 
 def usage_breakdown(*, viewer: User, window: Window, now: datetime | None = None) -> UsageBreakdown:
@@ -265,13 +304,18 @@ def usage_breakdown(*, viewer: User, window: Window, now: datetime | None = None
 
 
 def usage_breakdown_redacted(full: UsageBreakdown, *, viewer: User) -> UsageBreakdown:
-    """A student's view of an admin's breakdown: own row by name, everyone else summed.
+    """`viewer`'s view of the shared admin breakdown (built once per aggregation run).
 
-    The same result as `usage_breakdown(viewer=student)`, without reading the table again:
-    the admin breakdown is built once per aggregation run and shared.
+    A student: own row by name, everyone else summed, the same result as
+    `usage_breakdown(viewer=student)` without reading the table again. An admin: every row,
+    with only their own marked `mine` (the shared one was built with no viewer's row
+    marked, or with another admin's), in the shared order, which the shared figures follow.
     """
     if viewer.is_lab_admin:
-        return full
+        by_user = [
+            replace(s, mine=s.user is not None and s.user == viewer.username) for s in full.by_user
+        ]
+        return replace(full, by_user=by_user)
     mine = [
         UsageSeries(label=s.label, gpu_hours=s.gpu_hours, user=s.user, mine=True)
         for s in full.by_user
@@ -294,7 +338,7 @@ def usage_breakdown_redacted(full: UsageBreakdown, *, viewer: User) -> UsageBrea
 
 @dataclass(frozen=True)
 class DeviceRow:
-    label: str  # "node/index"
+    label: str  # "node/index", or "node/index (retired HH:MM)" for a replaced GPU
     device_type: str
     values: list[float | None]  # mean utilization % per bucket; None: no reading
     mean: float | None  # over the 24 h, weighted by samples
@@ -320,7 +364,7 @@ def device_heatmap(*, now: datetime | None = None) -> Heatmap:
     devices = (
         Device.all_objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gte=starts[0]))
         .order_by("node__name", "index", "id")
-        .values_list("id", "node__name", "index", "device_type__name")
+        .values_list("id", "node__name", "index", "device_type__name", "retired_at")
     )
     cells: dict[int, list[float | None]] = {}
     weights: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -335,11 +379,16 @@ def device_heatmap(*, now: datetime | None = None) -> Heatmap:
         weights[device_id][0] += utilization * samples
         weights[device_id][1] += samples
     rows = []
-    for device_id, node_name, device_index, type_name in devices:
+    for device_id, node_name, device_index, type_name, retired_at in devices:
         total, samples = weights.get(device_id, (0.0, 0.0))
+        label = f"{node_name}/{device_index}"
+        if retired_at is not None:
+            # Its replacement holds the same node/index: a label of its own keeps the two
+            # rows apart (the chart draws rows of one label into one band).
+            label += f" (retired {timezone.localtime(retired_at):%H:%M})"
         rows.append(
             DeviceRow(
-                label=f"{node_name}/{device_index}",
+                label=label,
                 device_type=type_name,
                 values=cells.get(device_id, [None] * count),
                 mean=round(total / samples, 1) if samples else None,

@@ -1,6 +1,7 @@
 """The cluster page: every node and device at a glance, with drain and undrain for admins.
 
-Thin: `dashboard.selectors.cluster` reads and redacts, `cluster.services` drains. The drain
+Thin: `dashboard.selectors.cluster` reads and redacts, `cluster.services` drains (a DOWN
+node too: it then comes back DRAINED, not UP) and writes the audit log. The drain
 and undrain forms post, then redirect back (POST/redirect/GET), so the page's auto-refresh
 always re-reads the cluster page itself.
 """
@@ -15,18 +16,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from cluster.choices import NodeState
+from cluster.choices import DRAIN_STATES, NodeState, node_can_drain, node_can_undrain
 from cluster.models import Node
 from cluster.services import node_drain, node_undrain
 
-from ..selectors.cluster import (
-    DRAINABLE_STATES,
-    FRESH_READING,
-    HEALTH_WINDOW,
-    UNDRAINABLE_STATES,
-    age_text,
-    cluster_overview,
-)
+from ..selectors.cluster import FRESH_READING, HEALTH_WINDOW, age_text, cluster_overview
 
 REFRESH_SECONDS = 15
 
@@ -62,7 +56,10 @@ def _admin_node(request: HttpRequest, node_id: int) -> Node:
 
 
 def _state_words(node: Node) -> str:
-    return node.get_state_display().lower()
+    words = node.get_state_display().lower()
+    if node.state == NodeState.DOWN and node.return_state in DRAIN_STATES:
+        words += " and comes back drained"
+    return words
 
 
 @login_required
@@ -75,16 +72,16 @@ def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
         errors = " ".join(form.errors.get("reason", []))
         messages.error(request, f"Node {node.name} not drained. Reason: {errors}")
         return redirect("dashboard:cluster")
-    if node.state not in DRAINABLE_STATES:
-        messages.error(
-            request,
-            f"Node {node.name} is {_state_words(node)}; only an up or suspect node can be drained.",
-        )
+    if not node_can_drain(node.state, node.return_state):
+        messages.error(request, f"Node {node.name} is {_state_words(node)}; nothing to drain.")
         return redirect("dashboard:cluster")
-    drained = node_drain(
-        node_id=node.pk, reason=form.cleaned_data["reason"], by_username=request.user.username
-    )
-    if drained.state == NodeState.DRAINED:
+    drained = node_drain(node_id=node.pk, reason=form.cleaned_data["reason"], by=request.user)
+    if drained.state == NodeState.DOWN and drained.return_state in DRAIN_STATES:
+        messages.success(
+            request,
+            f"Node {node.name} is down; it comes back drained, not up, once its agent answers.",
+        )
+    elif drained.state == NodeState.DRAINED:
         messages.success(request, f"Node {node.name} is drained: nothing runs or starts there.")
     elif drained.state == NodeState.DRAINING:
         messages.success(
@@ -100,12 +97,16 @@ def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
 @require_POST
 def node_undrain_page(request: HttpRequest, node_id: int) -> HttpResponse:
     node = _admin_node(request, node_id)
-    if node.state not in UNDRAINABLE_STATES:
+    if not node_can_undrain(node.state, node.return_state):
         messages.error(request, f"Node {node.name} is {_state_words(node)}; nothing to undrain.")
         return redirect("dashboard:cluster")
-    undrained = node_undrain(node_id=node.pk)
+    undrained = node_undrain(node_id=node.pk, by=request.user)
     if undrained.state == NodeState.UP:
         messages.success(request, f"Node {node.name} is up: it takes new jobs again.")
+    elif undrained.state == NodeState.DOWN and undrained.return_state == NodeState.UP:
+        messages.success(
+            request, f"Node {node.name} is down; it comes back up once its agent answers."
+        )
     else:
         messages.error(request, f"Node {node.name} is {_state_words(undrained)}; not undrained.")
     return redirect("dashboard:cluster")

@@ -14,6 +14,7 @@ from django.shortcuts import render
 
 from ..charts import figure_json, figure_new
 from ..selectors.fairness import DEFAULT_WINDOW, WINDOWS, ShareRow, fairness_report, window_parse
+from ..selectors.utilization import WINDOWS as USAGE_WINDOWS
 
 REFRESH_SECONDS = 60
 WINDOW_LABELS = {"24h": "Last 24 hours", "7d": "Last 7 days", "30d": "Last 30 days"}
@@ -56,7 +57,8 @@ def fairness_page(request: HttpRequest) -> HttpResponse:
             "report": report,
             "window": window,
             "windows": [(key, WINDOW_LABELS[key]) for key in WINDOWS],
-            "window_label": WINDOW_LABELS[window],
+            # The same span as the utilization page's window of that name.
+            "window_label": USAGE_WINDOWS[window].covers.capitalize(),
             "group_figure": share_figure(
                 report.groups, title="Groups: share of GPU-time vs entitled share"
             ),

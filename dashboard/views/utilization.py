@@ -19,7 +19,7 @@ from django.utils import timezone
 from accounts.choices import Role
 from accounts.models import User
 
-from ..charts import PALETTE, chart_time, figure_json, figure_new
+from ..charts import PALETTE, chart_time, figure_json, figure_new, hour_categories
 from ..selectors.aggregates import cached_on_aggregates
 from ..selectors.utilization import (
     DEFAULT_WINDOW,
@@ -97,10 +97,13 @@ def usage_figure(usage: UsageBreakdown, series: list[UsageSeries]) -> go.Figure:
     figure = _time_figure(y_title="GPU-hours")
     if not series:
         return _empty(figure, "No GPU time used in this window.")
-    x = [
-        chart_time(period) if usage.period == "hour" else f"{period:%Y-%m-%d}"
-        for period in usage.periods
-    ]
+    if usage.period == "hour":
+        # One category per local hour: a date axis would draw a repeated DST hour twice at
+        # one x (`hour_categories`).
+        x, x_axis = hour_categories(usage.periods)
+        figure.update_xaxes(**x_axis)
+    else:
+        x = [f"{period:%Y-%m-%d}" for period in usage.periods]
     for i, one in enumerate(series):
         figure.add_trace(
             go.Bar(
@@ -116,7 +119,8 @@ def usage_figure(usage: UsageBreakdown, series: list[UsageSeries]) -> go.Figure:
 
 
 def heatmap_figure(heatmap: Heatmap) -> go.Figure:
-    """Rows: devices (node/index); columns: 15-minute buckets; colour: mean utilization %."""
+    """Rows: devices (node/index; a replaced GPU's own row is marked retired); columns:
+    15-minute buckets; colour: mean utilization %."""
     height = max(240, 90 + 16 * len(heatmap.rows))
     figure = figure_new(height=height)
     if not heatmap.rows:
@@ -136,7 +140,9 @@ def heatmap_figure(heatmap: Heatmap) -> go.Figure:
     )
     # Devices top to bottom in the order of the table below.
     figure.update_yaxes(autorange="reversed", type="category")
-    figure.update_layout(margin={"l": 90})
+    # Room for the longest label ("a0/0 (retired 14:05)"), at about 7 px a character.
+    longest = max(len(row.label) for row in heatmap.rows)
+    figure.update_layout(margin={"l": max(90, 7 * longest)})
     return figure
 
 
@@ -162,10 +168,12 @@ def _usage_part(viewer: User, window: Window, as_of: datetime | None) -> dict[st
     """GPU-hours as this viewer may see them (a student: own row; an admin: everyone's).
 
     A student's breakdown is cut from the admins' one (shared, built once per run), so a
-    student's first visit after a run only draws two figures and reads no table.
+    student's first visit after a run only draws two figures and reads no table. The admins'
+    part is built for ANY_ADMIN, whoever asks first: it is shared by every admin, so it
+    must not mark one admin's row as theirs (`utilization_page` marks each admin's own).
     """
     if viewer.is_lab_admin:
-        usage = usage_breakdown(viewer=viewer, window=window, now=as_of or timezone.now())
+        usage = usage_breakdown(viewer=ANY_ADMIN, window=window, now=as_of or timezone.now())
     else:
         full = cached_on_aggregates(
             usage_cache_key(window, ANY_ADMIN),
@@ -213,6 +221,10 @@ def utilization_page(request: HttpRequest) -> HttpResponse:
         usage_cache_key(window, request.user),
         lambda as_of: _usage_part(request.user, window, as_of),
     )
+    if request.user.is_lab_admin:
+        # The admins' breakdown is shared; only this admin's own row is theirs.
+        usage = usage_breakdown_redacted(usage_part["usage"], viewer=request.user)
+        usage_part = {**usage_part, "usage": usage}
     # Live, not cached: which running jobs hold GPUs they barely use right now.
     idle = idle_allocated_jobs(viewer=request.user, now=timezone.now())
     return render(

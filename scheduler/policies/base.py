@@ -604,16 +604,19 @@ def _never_fits_reason(
 ) -> Reason | None:
     """Why `job` cannot run on the schedulable cluster even if it were empty, or None.
 
-    NodeDrained when it would fit if drained or down nodes were back (an admin can act),
-    TypeUnavailable when no node of the cluster could ever hold it (the user must change
-    the request).
+    NodeDrained when it would fit if the nodes that take no new jobs were back (an admin
+    can act), TypeUnavailable when no node of the cluster could ever hold it (the user
+    must change the request). The snapshot says only whether a node is schedulable, not
+    why, so the text names every cause: draining, drained, down or silent (SUSPECT).
     """
     if types and _fits_free(job.num_gpus, types, job.consolidation, capacity, totals):
         return None
     all_types = [t for t in candidate_types(job, type_order) if t in whole[0]]
     if all_types and _fits_free(job.num_gpus, all_types, job.consolidation, *whole):
         return Reason(
-            ReasonCode.NODE_DRAINED, f"{needs_text(job)}; the nodes that could hold it are drained"
+            ReasonCode.NODE_DRAINED,
+            f"{needs_text(job)}; the nodes that could hold it take no new jobs now"
+            " (draining, drained, down or not answering)",
         )
     if not types:
         wanted = "/".join(job.accepted_types) or "GPU"

@@ -28,6 +28,7 @@ from typing import TextIO
 from scheduler.core.types import PlacementKind, SchedulerSettings
 from scheduler.sim.clusters import SimCluster, load_cluster
 from scheduler.sim.engine import (
+    ReplayError,
     SimConfig,
     SimResult,
     bind_to_cluster,
@@ -259,6 +260,9 @@ def resolve(options: argparse.Namespace) -> Experiment:
         raise UsageError("give exactly one of --trace or --generate")
     _check_numbers(options)
     for flag, value in (("--json", options.json), ("--plot", options.plot)):
+        if value == "-":
+            # stdout carries the table; a file named "-" is never what was meant.
+            raise UsageError(f"{flag} -: writing to stdout is not supported; give a file name")
         if value:
             _check_writable(flag, Path(value))
     cluster = load_cluster(options.cluster)
@@ -480,7 +484,12 @@ def _num(value: object, digits: int = 1) -> str:
 
 
 def run(options: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, object]:
-    """Run the simulator for parsed `options`; print the table; write --json/--plot."""
+    """Run the simulator for parsed `options`; write --json/--plot; print the table.
+
+    The files are written before the table so that a reader that closes stdout early
+    (`| head`) cannot cost them; a closed stdout silences the rest of the output (`_say`).
+    Raises `ReplayError` when a replay cannot finish (e.g. it stalls).
+    """
     experiment = resolve(options)
     d = experiment.description
     _say(
@@ -492,25 +501,28 @@ def run(options: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, obje
     )
     results = run_experiment(experiment)
     document = report(results, experiment.description)
-    _say(out, format_table(document))
-    # Wall time is printed, not stored: the --json document depends only on the inputs.
-    timings = ", ".join(f"{label} {result.wall_seconds:.1f} s" for label, result in results.items())
-    _say(out, f"simulated in: {timings}")
+    written = []
     try:
         if options.json:
             path = Path(options.json)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(json_safe(document), indent=2) + "\n", encoding="utf-8")
-            _say(out, f"wrote {path}")
+            written.append(path)
         if options.plot:
             from scheduler.sim.plot import write_plot
 
             path = Path(options.plot)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_plot(results, path, title=f"{d['trace']} on {d['cluster']}")
-            _say(out, f"wrote {path}")
+            written.append(path)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
+    _say(out, format_table(document))
+    # Wall time is printed, not stored: the --json document depends only on the inputs.
+    timings = ", ".join(f"{label} {result.wall_seconds:.1f} s" for label, result in results.items())
+    _say(out, f"simulated in: {timings}")
+    for path in written:
+        _say(out, f"wrote {path}")
     return document
 
 
@@ -527,8 +539,25 @@ def stuck_policies(document: dict[str, object]) -> list[str]:
 
 def _say(out: TextIO, text: str) -> None:
     # One write per message: Django's OutputWrapper appends its own newline to each write.
-    out.write(text + "\n")
-    out.flush()
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except BrokenPipeError:
+        # The reader left (`| head`): what it did not read is not wanted, but the replay and
+        # its --json/--plot files still are. Point stdout at devnull, as the Python docs
+        # advise (library/signal, "Note on SIGPIPE"), so later writes and the interpreter's
+        # final flush do not fail again.
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    try:
+        fileno = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing to redirect
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fileno)
+    os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -538,6 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         document = run(options)
     except (UsageError, TraceError) as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    except ReplayError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
     stuck = stuck_policies(document)
     if stuck:
         parser.exit(1, f"{parser.prog}: {', '.join(stuck)} left jobs that never ran\n")

@@ -130,6 +130,12 @@ def parse_tiresias_spec(text: str, where: str = "<spec>") -> SimCluster:
     row = rows[0]
     if None in row:  # DictReader puts surplus cells under the key None
         raise TraceError(f"{where}:{first_line}: more cells than the spec's five columns")
+    missing = [column for column in TIRESIAS_SPEC_COLUMNS if row.get(column) is None]
+    if missing:  # ... and leaves absent ones None
+        raise TraceError(
+            f"{where}:{first_line}: fewer cells than the spec's five columns "
+            f"(no {', '.join(missing)})"
+        )
     values: dict[str, int] = {}
     for column in TIRESIAS_SPEC_COLUMNS:
         raw = (row.get(column) or "").strip()
@@ -284,6 +290,15 @@ def _non_negative(value: object, where: str) -> float:
     return number
 
 
+def _looks_inline(text: str) -> bool:
+    """Comma-separated cells on one line, not a path (no separator, no .csv/.json name)."""
+    return (
+        "," in text
+        and not any(sep in text for sep in ("/", "\\", "\n"))
+        and Path(text).suffix.lower() not in {".csv", ".json"}
+    )
+
+
 def load_cluster(spec: str | Path) -> SimCluster:
     """Load a cluster from a Tiresias spec file, an inline spec row, or a JSON description.
 
@@ -292,7 +307,9 @@ def load_cluster(spec: str | Path) -> SimCluster:
     """
     text_spec = str(spec)
     path = Path(text_spec)
-    if not path.exists() and re.fullmatch(r"\s*\d+(\s*,\s*\d+){4}\s*", text_spec):
+    if not path.exists() and _looks_inline(text_spec):
+        # Not a file and shaped like a row: read it as the inline spec it was meant to be,
+        # so a bad field ("1,1,-2,1,1", "1,1,2") is named instead of "no such file".
         return parse_tiresias_spec(text_spec, where=f"--cluster {text_spec!r}")
     try:
         text = path.read_text(encoding="utf-8-sig")

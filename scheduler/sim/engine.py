@@ -42,6 +42,24 @@ The first start is free (nothing to restore).
 Perfect knowledge for SRTF/SRSF: every snapshot's `Job.total_work` is set so that
 `total_work - attained_service` is the job's true remaining work in reference GPU-seconds
 (remaining seconds × num_gpus), restore cost included.
+
+Time origin
+-----------
+The replay runs on a clock that starts at the first submit rounded down to the tick grid
+(`SimResult.time_origin`; 0 for every shipped and generated trace): a trace stamped in
+nanosecond epochs (~1e18) would otherwise have no float between `now` and `now + tick`, and
+the clock would stop. Every reported metric is a difference of times (JCT, waits, makespan),
+so with a whole-second tick the shift changes no number (exactly so for whole-second times;
+fractional ones may move in the last bit): the origin is then a multiple of the tick and
+timer rounds stay on the same grid. A fractional tick is not exactly representable, so its
+grid moves with the origin and results may differ slightly (1e-5 relative, measured) from
+the same trace started at 0. `JobRecord` times and `busy_timeline` are on the shifted clock.
+
+Stalls
+------
+A replay whose GPUs stay held while no job does any work and none finishes, round after
+round, with resumed jobs preempted before they do any, is stopped with `ReplayStalled` (see
+`_StallGuard`); a clock that cannot move forward stops it with `ReplayError`.
 """
 
 from __future__ import annotations
@@ -84,6 +102,25 @@ class SimulationError(RuntimeError):
     """The replay cannot continue (a policy bug: bad decision, or no progress ever)."""
 
 
+class ReplayError(SimulationError):
+    """The replay cannot continue because of its inputs, not a policy bug: the command line
+    reports it without a traceback (exit status 1)."""
+
+
+class ReplayStalled(ReplayError):
+    """GPUs stayed held for far too long while no job did any work (see `_StallGuard`)."""
+
+
+# A trace whose submits span more than this (about 35,000 years) from the first is refused:
+# at 2^40 s a float still resolves 0.25 ms; far beyond it a job's run time rounds away.
+MAX_TRACE_SPAN = float(2**40)
+# Stall guard: rounds in a row with GPUs held and no work done anywhere, and repeats in
+# them (a resumed job preempted before doing any work, again at the same queue level),
+# before the replay is declared stalled.
+STALL_ROUNDS = 1000
+STALL_WASTED_RESTORES = 1000
+
+
 @dataclass(slots=True)
 class JobRecord:
     """What happened to one job (the input of metrics.py)."""
@@ -116,12 +153,15 @@ class SimResult:
     settings: SchedulerSettings
     cluster: SimCluster
     records: list[JobRecord]
-    # (time, GPUs held) after every change; starts at (first submit, 0).
+    # (time, GPUs held) after every change, on the replay clock; starts at (first submit, 0).
     busy_timeline: list[tuple[float, int]]
     rounds: int = 0
     wall_seconds: float = 0.0
     unfinished: int = 0
     stop_reason: str = "all jobs finished"
+    # The trace time the replay's clock 0 stands for: add it to a record's times (and to
+    # the timeline's) for the trace's own clock. 0 unless the trace starts later.
+    time_origin: float = 0.0
 
 
 class _Active:
@@ -167,6 +207,85 @@ class SimConfig:
     # Stop as soon as every one of these job ids has finished (a measurement window: what
     # arrives later cannot change their JCT); None = run on.
     stop_when_finished: frozenset[int] | None = None
+
+
+class _StallGuard:
+    """Stops a replay that holds GPUs and gets no work done, round after round.
+
+    A resumed job holds its devices for `restore_cost` seconds without progress, on
+    purpose. With a minimum runtime no longer than that, it can be preempted before it
+    does any work; if restoring earns more service than a queue threshold, it is demoted
+    and preempted every time it resumes, the knob promotes the job it displaced, and the
+    two swap for ever without either doing any work (the replay never ends).
+
+    Wasted restores alone prove nothing: without promotion a job is demoted at most once
+    per queue, so a replay of many jobs can waste thousands of restores and still finish
+    (1,100 256-GPU gangs in reference mode at restore 30 s do). What only a cycle does is
+    waste a job's restore again at a queue level where it was already wasted since the
+    last work anyone did. The guard counts those repeats: `STALL_ROUNDS` rounds in a row
+    with GPUs held and no job doing work or finishing, with `STALL_WASTED_RESTORES`
+    repeats among them, is the livelock. Work by any job, a finish, or an idle cluster
+    (waiting for the next arrival is not a stall) resets it. Counting repeats rather than
+    simulated seconds keeps detection at ~1000 rounds however fast the swap cycles (a
+    1 GPU·s queue swaps 128-GPU jobs every 1/128 s).
+    """
+
+    __slots__ = ("repeats", "rounds", "since", "wasted_at")
+
+    def __init__(self, now: float) -> None:
+        self.reset(now)
+
+    def reset(self, now: float) -> None:
+        self.rounds = 0
+        self.repeats = 0
+        self.since = now
+        self.wasted_at: set[tuple[int, int]] = set()
+
+    def stalled(self, wasted: Iterable[tuple[int, int]]) -> bool:
+        """Count one round without progress that preempted resumed jobs before they did
+        any work, as (job id, queue level) pairs; True once both bounds are passed."""
+        self.rounds += 1
+        for key in wasted:
+            if key in self.wasted_at:
+                self.repeats += 1
+            else:
+                self.wasted_at.add(key)
+        return self.rounds >= STALL_ROUNDS and self.repeats >= STALL_WASTED_RESTORES
+
+
+def _stall_message(
+    settings: SchedulerSettings, now: float, guard: _StallGuard, largest_gang: int
+) -> str:
+    """What stalled, the likely cause, and the remedy (in the command line's terms)."""
+    head = (
+        f"replay stalled at t={now:g} s: for {guard.rounds} rounds ({now - guard.since:g} s "
+        "simulated) GPUs were held while no job did any work or finished, and "
+        f"{guard.repeats} times a resumed job was preempted before doing any work at a queue "
+        "level where that had already happened to it"
+    )
+    restore = settings.restore_cost
+    restore_service = restore * largest_gang
+    promoted = ", and the knob promotes the job it displaced" if settings.promote_knob else ""
+    thresholds = settings.queue_thresholds
+    if (
+        settings.policy in QUEUE_POLICIES
+        and settings.min_runtime <= restore
+        and thresholds
+        and restore_service > thresholds[0]
+    ):
+        return (
+            f"{head}. Likely cause: resuming costs {restore:g} s (--restore-cost) x "
+            f"{largest_gang} GPUs = {restore_service:g} GPU·s of service, more than the "
+            f"{thresholds[0]:g} GPU·s queue threshold, and a job may be preempted after "
+            f"{settings.min_runtime:g} s (--min-runtime): every resumed job is demoted and "
+            f"preempted before it does any work{promoted}. "
+            "Remedy: a --min-runtime well above the restore cost (the default is 300 s), a "
+            "smaller --restore-cost, or larger --queues"
+        )
+    return (
+        f"{head}. Remedy: a --min-runtime well above the restore cost (the default is 300 s), "
+        "or a smaller --restore-cost"
+    )
 
 
 # Job's fields in declaration order: `advance_job` builds Jobs positionally (see below).
@@ -307,6 +426,16 @@ class Simulation:
             (bind_to_cluster(job, cluster) for job in trace),
             key=lambda job: (job.submit_time, job.id),
         )
+        self.time_origin = _time_origin(self.trace, self.config.tick)
+        if self.time_origin:
+            origin = self.time_origin
+            self.trace = [replace(job, submit_time=job.submit_time - origin) for job in self.trace]
+        if self.trace and self.trace[-1].submit_time > MAX_TRACE_SPAN:
+            raise ReplayError(
+                f"the trace's submit times span {self.trace[-1].submit_time:g} s from the "
+                f"first (at most {MAX_TRACE_SPAN:g} s, ~35,000 years): far apart times lose "
+                "the precision a job's run time needs; check the trace's time unit"
+            )
         self.cluster = cluster
         self.settings = settings
         self.devices: tuple[Device, ...] = cluster.devices
@@ -369,6 +498,7 @@ class Simulation:
             cluster=self.cluster,
             records=records,
             busy_timeline=[],
+            time_origin=self.time_origin,
         )
         if not self.trace:
             result.wall_seconds = time.perf_counter() - started_wall
@@ -400,6 +530,8 @@ class Simulation:
 
         migrating = migrates(settings)
         watched = set(config.stop_when_finished or ())
+        stall = _StallGuard(now)
+        progressed = False  # some job did work since the last round (see _StallGuard)
 
         progress = None
         if config.progress:
@@ -414,6 +546,7 @@ class Simulation:
 
             Also refreshes `total_work` (perfect knowledge) in the same new Job.
             """
+            nonlocal progressed
             dt = to - state.as_of
             if dt <= 0:
                 return
@@ -422,8 +555,9 @@ class Simulation:
                 service = state.speed * dt
                 state.record.service += service
                 productive = to - max(state.as_of, state.stall_until)
-                if productive > 0:
+                if productive > 0 and state.rate > 0:
                     state.work_left -= state.rate * productive
+                    progressed = True
                 usage = users.get(state.trace.user)
                 if usage is not None:
                     usage[0] += service
@@ -558,12 +692,30 @@ class Simulation:
             )
             decisions = self.decide(snapshot)
             rounds += 1
+            # Resumed jobs this round preempts before they did any work (the stall guard's
+            # evidence; a preemption the moment the restore ends wastes it too). Counted
+            # before _apply, which raises on a preemption of a job that is not running.
+            wasted = [
+                (preempt.job_id, active[preempt.job_id].job.queue_level)
+                for preempt in decisions.preemptions
+                if preempt.job_id in active
+                and active[preempt.job_id].stall_until >= now
+                and active[preempt.job_id].record.resumes
+            ]
             busy += self._apply(decisions, active, running, now)
             for start in decisions.starts:
                 schedule_completion(active[start.job_id], now)
             note_busy(now)
             if busy > total_gpus:
                 raise SimulationError(f"t={now}: {busy} GPUs held on a {total_gpus}-GPU cluster")
+            if progressed or finished_any or busy == 0:
+                progressed = False
+                stall.reset(now)
+            elif stall.stalled(wasted):
+                if progress is not None:
+                    progress.close()
+                gang = max(state.job.num_gpus for state in active.values())
+                raise ReplayStalled(_stall_message(settings, now, stall, gang))
 
             # 6. Next timer moment at which this policy could decide differently.
             wakeup = math.inf
@@ -618,6 +770,17 @@ class Simulation:
                 if wakeup <= now + _EPS:
                     # The policy saw the crossing and did not act on it: do not spin.
                     wakeup = round_up(now + max(tick, 1.0))
+                    if wakeup <= now:
+                        # Only a clock too large for its tick gets here (the time origin
+                        # makes that unlikely); looping at `now` would never end.
+                        if progress is not None:
+                            progress.close()
+                        raise ReplayError(
+                            f"t={now:g}: the clock cannot move past now: the next timer "
+                            f"moment, {max(tick, 1.0):g} s later, rounds back to it in floating "
+                            "point; times this large lose that precision (check the trace's "
+                            "time unit and durations)"
+                        )
 
         if progress is not None:
             progress.close()
@@ -704,6 +867,18 @@ class Simulation:
             running.add(start.job_id)
             delta += len(devices)
         return delta
+
+
+def _time_origin(trace: Sequence[TraceJob], tick: float) -> float:
+    """The trace time the replay's clock starts from: the first submit, rounded down to a
+    multiple of `tick` so timer rounds land on the same grid as without the shift."""
+    if not trace or trace[0].submit_time <= 0:
+        return 0.0
+    first = trace[0].submit_time
+    if tick <= 0:
+        return first
+    origin = math.floor(first / tick) * tick
+    return origin - tick if origin > first else origin
 
 
 def simulate(

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scheduler.sim.engine import SimResult
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 
 def _thin(points: Sequence[tuple[float, int]], max_points: int) -> list[tuple[float, int]]:
@@ -30,7 +34,18 @@ def write_plot(
     max_points: int = 5000,
 ) -> None:
     """Write the HTML report for `results` (label -> replay) to `path`."""
+    figure = build_figure(results, title=title, max_points=max_points)
+    figure.write_html(str(path), include_plotlyjs=True, full_html=True)
+
+
+def build_figure(
+    results: Mapping[str, SimResult], *, title: str = "", max_points: int = 5000
+) -> go.Figure:
+    """The report's figure: one colour and one legend group per policy, shared by its JCT
+    CDF and its GPUs-held line, so a policy reads the same in both panels and clicking
+    its legend entry hides both."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
     figure = make_subplots(
@@ -39,7 +54,9 @@ def write_plot(
         subplot_titles=("JCT CDF (seconds, log scale)", "GPUs held over time (hours)"),
         vertical_spacing=0.12,
     )
-    for label, result in results.items():
+    palette = qualitative.Plotly + qualitative.Dark24  # 34 colours: 6 policies x 2 placements fit
+    for index, (label, result) in enumerate(results.items()):
+        line = {"shape": "hv", "color": palette[index % len(palette)]}
         jcts = sorted(r.jct for r in result.records if r.jct is not None)
         if jcts:
             n = len(jcts)
@@ -48,7 +65,7 @@ def write_plot(
                     x=jcts,
                     y=[(i + 1) / n for i in range(n)],
                     mode="lines",
-                    line={"shape": "hv"},
+                    line=line,
                     name=f"{label} JCT",
                     legendgroup=label,
                 ),
@@ -63,7 +80,7 @@ def write_plot(
                     x=[(t - start) / 3600.0 for t, _ in timeline],
                     y=[busy for _, busy in timeline],
                     mode="lines",
-                    line={"shape": "hv"},
+                    line=line,
                     name=f"{label} GPUs",
                     legendgroup=label,
                 ),
@@ -75,4 +92,4 @@ def write_plot(
     figure.update_xaxes(title_text="hours since first submission", row=2, col=1)
     figure.update_yaxes(title_text="GPUs held", row=2, col=1)
     figure.update_layout(title=title or "gpulab simulation", height=900)
-    figure.write_html(str(path), include_plotlyjs=True, full_html=True)
+    return figure

@@ -100,6 +100,9 @@
       if (stamp) stamp.textContent = text;
     }
 
+    // Said here, not in the page: without JavaScript nothing refreshes.
+    say("Refreshes every " + seconds + " s.");
+
     function stop(text) {
       stopped = true;
       say(text);

@@ -4,7 +4,8 @@
    timeout): this loads it from the small `jobs:logs-fragment` endpoint after the page has
    rendered, switches between stdout and stderr, and re-reads it on the page's refresh
    period while the job runs. Like gpulab.js's refresh, it waits while the tab is hidden,
-   while auto-refresh is paused, and while the reader has text selected in the log. */
+   while auto-refresh is paused, and while the reader has text selected in the log. It stops
+   for good once the session has ended (a fetch lands on the login page) and says so. */
 (function () {
   "use strict";
 
@@ -18,13 +19,33 @@
     return Boolean(selection && !selection.isCollapsed && element.contains(selection.anchorNode));
   }
 
+  function isLoginPage(url, loginPath) {
+    try {
+      return new URL(url, window.location.href).pathname === loginPath;
+    } catch (error) {
+      return false;
+    }
+  }
+
   function startLog(region) {
     var url = region.dataset.logsUrl;
+    var loginPath = region.dataset.loginUrl || "/login/";
     var main = document.querySelector("main[data-refresh-seconds]");
     var seconds = main ? Number(main.dataset.refreshSeconds) : 0;
     var stream = "stdout";
     var loading = false;
     var finished = false;
+    var ended = false; // the session has ended: no more fetches
+    var timer = null;
+
+    function say(text) {
+      var note = document.createElement("p");
+      note.className = "error";
+      note.textContent = text;
+      var old = region.querySelector("p.error");
+      if (old) old.remove();
+      region.appendChild(note);
+    }
 
     function show(html) {
       var oldLog = region.querySelector("pre.log");
@@ -44,7 +65,7 @@
     }
 
     function load(byReader) {
-      if (loading) return; // a slow node: never stack requests
+      if (loading || ended) return; // a slow node: never stack requests
       if (!byReader && (document.hidden || refreshPaused() || selectionIn(region))) return;
       loading = true;
       fetch(url + "?stream=" + encodeURIComponent(stream), {
@@ -52,18 +73,22 @@
         headers: { "X-Refresh": "1" },
       })
         .then(function (response) {
-          // A redirect here is to the login page: the session has ended.
+          // fetch follows redirects: an ended session arrives as the login page, with a 200.
+          if (response.redirected && isLoginPage(response.url, loginPath)) return null;
           if (!response.ok || response.redirected) throw new Error(String(response.status));
           return response.text();
         })
-        .then(show)
+        .then(function (html) {
+          if (html !== null) {
+            show(html);
+            return;
+          }
+          ended = true;
+          if (timer !== null) window.clearInterval(timer);
+          say("Your session has ended: reload the page to log in and see the log.");
+        })
         .catch(function () {
-          var note = document.createElement("p");
-          note.className = "error";
-          note.textContent = "The log could not be loaded just now.";
-          var old = region.querySelector("p.error");
-          if (old) old.remove();
-          region.appendChild(note);
+          say("The log could not be loaded just now.");
         })
         .then(function () {
           loading = false;
@@ -72,14 +97,15 @@
 
     region.addEventListener("click", function (event) {
       var link = event.target.closest("a[data-stream]");
-      if (!link || !region.contains(link)) return;
+      // Once the session has ended the tab is followed as a plain link (to the login page).
+      if (!link || !region.contains(link) || ended) return;
       event.preventDefault();
       stream = link.dataset.stream;
       load(true);
     });
     load(true);
     if (seconds > 0) {
-      window.setInterval(function () {
+      timer = window.setInterval(function () {
         if (!finished) load(false);
       }, seconds * 1000);
     }

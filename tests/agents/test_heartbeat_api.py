@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from accounts.models import User
+from accounts.models import AuditEntry, User
 from agents.heartbeats import node_agent_token_create
 from agents.models import GpuSample, JobGpuSample, NodeAgentToken
 from agents.node_agent.__main__ import run
@@ -177,6 +177,14 @@ def test_an_admin_revokes_a_token_in_the_admin_and_a_student_cannot(
     assert token.revoked_at is not None
     response = APIClient().post(URL, _payload(), format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
     assert response.status_code == 401
+    # Like a drain, the revocation is in the audit log, naming who and which node; the
+    # student's refused attempt and a second revocation of the same token add nothing.
+    admin_client.post(url, action)
+    entries = list(AuditEntry.objects.filter(target_kind=AuditEntry.TargetKind.AGENT_TOKEN))
+    assert [(e.actor, e.target_name, e.field) for e in entries] == [
+        (lab_admin, node.name, "revoked_at")
+    ]
+    assert f"token {token.pk}" in entries[0].new_value
 
 
 @pytest.mark.parametrize(

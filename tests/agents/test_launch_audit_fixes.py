@@ -181,24 +181,40 @@ def test_the_command_timeout_is_a_deadline_even_for_a_command_that_keeps_printin
 
 
 FAKE_DOCKER = """#!/bin/sh
-# A stand-in: `logs` floods stderr; `run` leaves a container "created" when told to.
+# A stand-in: `logs` floods stderr unless the container has a log of its own. `run` is
+# run with --init: Docker's tini starts and, for a program not on the PATH, prints its
+# FATAL line and exits 127 (`docker run -d` has succeeded by then). Told to (`fail`), it
+# leaves the container "created" as an OCI create failure does.
+last() { for a in "$@"; do n=$a; done; }
 case "$1" in
-  logs) echo "epoch 1 done"; head -c 3000000 /dev/zero | tr '\\0' e >&2; echo >&2 ;;
+  logs)
+    last "$@"
+    [ -e "$STATE/$n.log" ] && { cat "$STATE/$n.log" >&2; exit 0; }
+    echo "epoch 1 done"; head -c 3000000 /dev/zero | tr '\\0' e >&2; echo >&2 ;;
   container)
-    for a in "$@"; do n=$a; done
+    last "$@"
     [ -e "$STATE/$n" ] && { cat "$STATE/$n"; exit 0; }
     echo "Error: No such container: $n" >&2; exit 1 ;;
-  rm) for a in "$@"; do n=$a; done; rm -f "$STATE/$n"; echo "rm $n" >> "$STATE/log" ;;
+  rm) last "$@"; rm -f "$STATE/$n" "$STATE/$n.log"; echo "rm $n" >> "$STATE/log" ;;
   run)
-    while [ "$1" != --name ]; do shift; done
-    echo "run $2" >> "$STATE/log"
+    init=
+    while [ "$1" != --name ]; do [ "$1" = --init ] && init=1; shift; done
+    n=$2; echo "run $n" >> "$STATE/log"
     if [ -e "$STATE/fail" ]; then
-      echo "created 127 c0ffee" > "$STATE/$2"
+      echo "created 127 c0ffee" > "$STATE/$n"
       echo 'docker: Error response from daemon: failed to create task for container:' \
-           'OCI runtime create failed: exec: "pyhton": executable file not found' >&2
+           'OCI runtime create failed: exec: "/sbin/docker-init": no such file' >&2
       exit 127
     fi
-    echo "running 0 c0ffee" > "$STATE/$2"; echo c0ffee ;;
+    while case "$1" in --*) true ;; *) false ;; esac; do shift 2; done
+    program=$2  # after the image
+    if [ -n "$init" ] && ! command -v "$program" > /dev/null; then
+      echo "exited 127 c0ffee" > "$STATE/$n"
+      echo "[FATAL tini (7)] exec $program failed: No such file or directory" > "$STATE/$n.log"
+    else
+      echo "running 0 c0ffee" > "$STATE/$n"
+    fi
+    echo c0ffee ;;
 esac
 """
 
@@ -232,7 +248,7 @@ def spec(**changes: object) -> LaunchSpec:
         "job_id": 42,
         "attempt": 3,
         "image": "busybox",
-        "command": ["pyhton", "train.py"],
+        "command": ["sh", "train.sh"],
         "env": {},
         "device_uuids": ["GPU-aaaa"],
         "run_root": "/var/lib/gpulab/runs",
@@ -249,9 +265,47 @@ def test_a_container_docker_could_not_start_is_a_failed_launch_and_is_removed(
     result = _sh(_launch_script(spec(), Runtime.DOCKER), fake_docker)
 
     assert result.returncode == 127
-    assert "executable file not found" in result.stderr
+    assert "docker-init" in result.stderr
     assert not (tmp_path / "gpulab-42-3").exists()
     assert (tmp_path / "log").read_text() == "run gpulab-42-3\nrm gpulab-42-3\n"
+
+
+def test_a_program_dockers_init_cannot_start_is_a_failed_launch_and_is_removed(
+    fake_docker: dict[str, str], tmp_path: Path
+) -> None:
+    # Under --init, `docker run -d` succeeds: tini is what fails, a moment later.
+    result = _sh(_launch_script(spec(command=["pyhton", "train.py"]), Runtime.DOCKER), fake_docker)
+
+    assert result.returncode == 127
+    assert result.stderr == "[FATAL tini (7)] exec pyhton failed: No such file or directory\n"
+    assert not (tmp_path / "gpulab-42-3").exists()
+    assert (tmp_path / "log").read_text() == "run gpulab-42-3\nrm gpulab-42-3\n"
+
+
+def test_a_redelivered_launch_retries_a_container_whose_program_init_could_not_start(
+    fake_docker: dict[str, str], tmp_path: Path
+) -> None:
+    # The first delivery's worker died between `docker run` and its look at the container.
+    (tmp_path / "gpulab-42-3").write_text("exited 127 dead\n")
+    (tmp_path / "gpulab-42-3.log").write_text("[FATAL tini (7)] exec sh failed: gone\n")
+
+    result = _sh(_launch_script(spec(), Runtime.DOCKER), fake_docker)
+
+    assert (result.returncode, result.stdout) == (0, "c0ffee\n")
+    assert (tmp_path / "log").read_text() == "rm gpulab-42-3\nrun gpulab-42-3\n"
+
+
+def test_a_program_that_ran_and_failed_is_a_launched_job(
+    fake_docker: dict[str, str], tmp_path: Path
+) -> None:
+    # Its own exit code (even 127, from a shell's missing command) is the job's to report.
+    (tmp_path / "gpulab-42-3").write_text("exited 127 beef\n")
+    (tmp_path / "gpulab-42-3.log").write_text("train.sh: 3: pyhton: not found\n")
+
+    result = _sh(_launch_script(spec(), Runtime.DOCKER), fake_docker)
+
+    assert (result.returncode, result.stdout) == (0, "beef\n")
+    assert not (tmp_path / "log").exists()
 
 
 def test_a_redelivered_launch_replaces_a_container_left_created_by_a_failed_start(

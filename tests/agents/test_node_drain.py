@@ -44,10 +44,12 @@ def test_undrain_puts_a_draining_or_drained_node_back_up(db: None) -> None:
     assert (undrained.state, undrained.state_reason) == (NodeState.UP, "")
 
 
-def test_a_down_node_is_neither_drained_nor_undrained(db: None) -> None:
-    node = NodeFactory(state=NodeState.DOWN)
-    assert node_drain(node_id=node.pk, reason="x").state == NodeState.DOWN
-    assert node_undrain(node_id=node.pk).state == NodeState.DOWN
+def test_a_down_node_stays_down_and_a_drain_or_undrain_sets_where_it_returns(db: None) -> None:
+    node = NodeFactory(state=NodeState.DOWN, return_state=NodeState.UP)
+    drained = node_drain(node_id=node.pk, reason="x")
+    assert (drained.state, drained.return_state) == (NodeState.DOWN, NodeState.DRAINED)
+    undrained = node_undrain(node_id=node.pk)
+    assert (undrained.state, undrained.return_state) == (NodeState.DOWN, NodeState.UP)
 
 
 def test_admins_drain_and_undrain_from_the_admin(client, lab_admin: User) -> None:  # type: ignore[no-untyped-def]
@@ -65,20 +67,20 @@ def test_admins_drain_and_undrain_from_the_admin(client, lab_admin: User) -> Non
 
 def test_the_admin_says_which_nodes_it_could_not_drain(client, lab_admin: User) -> None:  # type: ignore[no-untyped-def]
     client.force_login(lab_admin)
-    up, down = _node(), _node()
-    Node.objects.filter(pk=down.pk).update(state=NodeState.DOWN)
+    up, drained = _node(), _node()
+    Node.objects.filter(pk=drained.pk).update(state=NodeState.DRAINED, state_reason="old")
     url = reverse("admin:cluster_node_changelist")
 
     response = client.post(
-        url, {"action": "drain", "_selected_action": [up.pk, down.pk]}, follow=True
+        url, {"action": "drain", "_selected_action": [up.pk, drained.pk]}, follow=True
     )
 
     texts = [str(message) for message in response.context["messages"]]
     assert texts == [
         f"Drained: {up.name}.",
-        "1 node(s) left as they were: only up or suspect nodes can be.",
+        "1 node(s) left as they were: only up, suspect or down (not drained) nodes can be.",
     ]
-    assert Node.objects.get(pk=down.pk).state == NodeState.DOWN
+    assert Node.objects.get(pk=drained.pk).state_reason == "old"
 
 
 def test_the_admin_form_cannot_set_a_nodes_state(client, lab_admin: User) -> None:  # type: ignore[no-untyped-def]

@@ -44,7 +44,8 @@ def spec(**changes: object) -> LaunchSpec:
 
 def test_docker_run_argv_is_exact() -> None:
     assert docker_run_argv(spec(cpus=16.0, memory_mb=65536)) == [
-        "docker", "run", "-d",
+        "docker", "run", "-d", "--init",
+        "--log-driver", "json-file", "--log-opt", "max-size=50m", "--log-opt", "max-file=2",
         "--name", "gpulab-42-3",
         "--label", "gpulab.job=42",
         "--label", "gpulab.attempt=3",
@@ -57,6 +58,7 @@ def test_docker_run_argv_is_exact() -> None:
         "--env", "GPULAB_ATTEMPT=3",
         "--env", "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
         "--env", "GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3",
+        "--env", "TINI_KILL_PROCESS_GROUP=1",
         "nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
     ]  # fmt: skip
 
@@ -64,13 +66,46 @@ def test_docker_run_argv_is_exact() -> None:
 def test_a_cpu_only_docker_job_gets_no_gpus_flag_and_no_limits_unless_set() -> None:
     argv = docker_run_argv(spec(device_uuids=[], env={}, labels={}))
     assert argv == [
-        "docker", "run", "-d", "--name", "gpulab-42-3",
+        "docker", "run", "-d", "--init",
+        "--log-driver", "json-file", "--log-opt", "max-size=50m", "--log-opt", "max-file=2",
+        "--name", "gpulab-42-3",
         "--label", "gpulab.job=42", "--label", "gpulab.attempt=3",
         "--env", "GPULAB_JOB_ID=42", "--env", "GPULAB_ATTEMPT=3",
         "--env", "GPULAB_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3",
         "--env", "GPULAB_PROGRESS_FILE=/tmp/gpulab-progress-42-3",
+        "--env", "TINI_KILL_PROCESS_GROUP=1",
         "nvcr.io/nvidia/pytorch:24.05-py3", "python", "train.py", "--lr", "0.1",
     ]  # fmt: skip
+
+
+def flag_values(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag]
+
+
+def test_a_docker_stop_reaches_the_whole_process_group_even_behind_a_shell() -> None:
+    """`docker stop` signals only the container's PID 1: `--init` makes that Docker's
+    tini, and TINI_KILL_PROCESS_GROUP has it pass SIGTERM to the program's process group,
+    so train.py under `sh -c 'python train.py; echo done'` gets it too."""
+    argv = docker_run_argv(spec(command=["sh", "-c", "python train.py; echo done"]))
+    options = argv[: argv.index("nvcr.io/nvidia/pytorch:24.05-py3")]
+
+    assert "--init" in options
+    assert "TINI_KILL_PROCESS_GROUP=1" in flag_values(options, "--env")
+
+
+def test_a_job_cannot_unset_group_signalling_and_it_is_passed_once() -> None:
+    argv = docker_run_argv(spec(env={"TINI_KILL_PROCESS_GROUP": "0"}))
+
+    assert [v for v in flag_values(argv, "--env") if v.startswith("TINI_")] == [
+        "TINI_KILL_PROCESS_GROUP=1"
+    ]
+
+
+def test_docker_keeps_a_bounded_log_per_container() -> None:
+    argv = docker_run_argv(spec())
+
+    assert flag_values(argv, "--log-driver") == ["json-file"]  # whose options these are
+    assert flag_values(argv, "--log-opt") == ["max-size=50m", "max-file=2"]
 
 
 def test_apptainer_argv_is_exact_and_its_environment_travels_as_apptainerenv() -> None:

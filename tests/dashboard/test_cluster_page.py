@@ -316,21 +316,21 @@ def test_drain_and_undrain_take_only_posts(lab_admin, small_cluster, action):
 
 
 @pytest.mark.django_db
-def test_draining_a_down_node_or_undraining_an_up_one_changes_nothing_and_says_so(
+def test_draining_a_drained_node_or_undraining_an_up_one_changes_nothing_and_says_so(
     lab_admin, small_cluster
 ):
-    down = Node.objects.get(name="v0")
-    Node.objects.filter(pk=down.pk).update(state=NodeState.DOWN, state_reason="silent")
+    drained = Node.objects.get(name="v0")
+    Node.objects.filter(pk=drained.pk).update(state=NodeState.DRAINED, state_reason="old")
     up = Node.objects.get(name="a0")
     client = logged_in(lab_admin)
 
-    client.post(reverse("dashboard:node-drain", args=[down.pk]), {"reason": "x"})
+    client.post(reverse("dashboard:node-drain", args=[drained.pk]), {"reason": "x"})
     client.post(reverse("dashboard:node-undrain", args=[up.pk]))
 
-    assert Node.objects.get(pk=down.pk).state == NodeState.DOWN
+    assert Node.objects.get(pk=drained.pk).state_reason == "old"
     assert Node.objects.get(pk=up.pk).state == NodeState.UP
     page = client.get(CLUSTER).content.decode()
-    assert "Node v0 is down; only an up or suspect node can be drained." in page
+    assert "Node v0 is drained; nothing to drain." in page
     assert "Node a0 is up; nothing to undrain." in page
 
 

@@ -90,8 +90,9 @@ def test_shares_entitlements_and_jain_come_from_usage_hours(owner, outsider, vis
     assert groups["nlp"].entitled == pytest.approx(1 / 3)
     assert groups["nlp"].normalized_hours == pytest.approx(10)
     assert report.group_jain == pytest.approx(1.875**2 / (2 * (1.125**2 + 0.75**2)))
-    # Users (weight 1 each): ratios 1.5 and 0.5 -> Jain 0.8.
-    assert report.user_jain == pytest.approx(0.8)
+    # Users (weight 1 each, one per group): entitled user weight x group weight, normalized,
+    # so 2/3 and 1/3 like their groups, and the same Jain's index.
+    assert report.user_jain == pytest.approx(report.group_jain)
     assert report.normalized_hours == pytest.approx(40)
 
 

@@ -159,7 +159,10 @@ def test_anonymous_visitors_are_sent_to_login():
     [
         ("Behind: 3 jobs in queue 0", "Waiting behind higher-priority jobs: 3 jobs in queue 0"),
         ("QuotaExceeded: user max GPUs 4", "Held by a quota: user max GPUs 4"),
-        ("NodeDrained: a100 nodes drained", "The nodes it needs are drained: a100 nodes drained"),
+        (
+            "NodeDrained: a100 nodes drained",
+            "The nodes it needs take no new jobs: a100 nodes drained",
+        ),
         ("", "Waiting for the next scheduling round"),
         ("job #4 is checkpointing", "job #4 is checkpointing"),
     ],

@@ -270,7 +270,8 @@ def test_a_gpu_retired_within_the_day_keeps_its_heatmap_row(small_cluster):
 
     labels = {row.label: row.mean for row in device_heatmap(now=NOON).rows}
 
-    assert labels["a0/3"] == 80.0  # its history stays for the day it was retired in
+    # Its history stays for the day it was retired in, on a row marked retired.
+    assert labels["a0/3 (retired 11:30)"] == 80.0
     assert "a1/0" not in labels  # retired before the window: gone
 
 

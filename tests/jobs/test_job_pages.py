@@ -125,9 +125,13 @@ def test_the_owner_and_an_admin_can_cancel_from_the_page(owner, lab_admin):
 
 
 @pytest.mark.django_db
-def test_cancel_only_answers_post(owner):
+def test_cancel_only_cancels_on_post(owner):
+    # A GET (the login redirect of a cancel sent after the session ended) shows the job.
     job = JobFactory(owner=owner)
-    assert logged_in(owner).get(f"/jobs/{job.pk}/cancel/").status_code == 405
+    response = logged_in(owner).get(f"/jobs/{job.pk}/cancel/")
+    assert response.status_code == 302 and response.url == f"/jobs/{job.pk}/"
+    assert Job.objects.get(pk=job.pk).state == JobState.PENDING
+    assert logged_in(owner).put(f"/jobs/{job.pk}/cancel/").status_code == 405
 
 
 @pytest.mark.django_db

@@ -11,6 +11,7 @@ import argparse
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.sim.cli import UsageError, add_arguments, run, stuck_policies
+from scheduler.sim.engine import ReplayError
 from scheduler.sim.traces import TraceError
 
 
@@ -28,6 +29,8 @@ class Command(BaseCommand):
         try:
             document = run(namespace, out=self.stdout)
         except (UsageError, TraceError) as exc:
+            raise CommandError(str(exc)) from exc
+        except ReplayError as exc:  # CommandError's status is 1: the inputs ran, badly
             raise CommandError(str(exc)) from exc
         stuck = stuck_policies(document)
         if stuck:

@@ -262,7 +262,8 @@ def test_a_kept_running_job_keeps_its_devices_even_on_a_draining_node() -> None:
     decisions = decide(snap)
     assert decisions.preemptions == ()
     assert held(decisions)[2] == (
-        "NodeDrained: needs 2 \u00d7 GPU; the nodes that could hold it are drained"
+        "NodeDrained: needs 2 \u00d7 GPU; the nodes that could hold it take no new jobs now"
+        " (draining, drained, down or not answering)"
     )
 
 

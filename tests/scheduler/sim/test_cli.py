@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.sim.cli import UsageError, build_parser, main, parse_policies, resolve
+from scheduler.sim.cli import UsageError, build_parser, main, parse_policies, resolve, run
 from scheduler.sim.metrics import REQUIRED_KEYS
 
 REPO = Path(__file__).resolve().parents[3]
@@ -233,3 +234,98 @@ def test_the_django_command_runs_without_a_database(trace: Path, tmp_path: Path)
     assert completed.returncode == 0, completed.stderr
     assert "fifo" in completed.stdout
     assert json.loads(out.read_text())["policies"]["fifo"]["avg_jct"] == pytest.approx(400 / 3)
+
+
+SWAP_ROWS = (
+    "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+    "0,2,0,0,m,400,0\n1,2,0,0,m,100,0\n2,2,0,0,m,3000,0\n"
+)
+# Resuming costs 30 s x 2 GPUs = 60 GPU·s, above the 50 GPU·s queue: the replay stalls.
+SWAP_ARGS = [
+    "--cluster", "1,1,2,1,1", "--policy", "las", "--tiresias-reference",
+    "--restore-cost", "30", "--queues", "50", "--knob", "2", "--no-progress",
+]  # fmt: skip
+
+
+def test_a_stalled_replay_exits_with_status_1_and_the_remedy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "swap.csv"
+    trace.write_text(SWAP_ROWS)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--trace", str(trace), *SWAP_ARGS])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "replay stalled" in err
+    assert "--min-runtime well above the restore cost" in err
+    assert "Traceback" not in err
+
+
+def test_the_django_command_reports_a_stalled_replay_as_a_command_error(tmp_path: Path) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    trace = tmp_path / "swap.csv"
+    trace.write_text(SWAP_ROWS)
+    with pytest.raises(CommandError, match="replay stalled") as error:
+        call_command("simulate", "--trace", str(trace), *SWAP_ARGS, stdout=io.StringIO())
+    assert error.value.returncode == 1
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_a_dash_output_is_refused_instead_of_writing_a_file_named_dash(
+    trace: Path,
+    flag: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a file named "-" would land
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--trace", str(trace), "--cluster", "1,1,2,8,64", flag, "-"])
+    assert exit_info.value.code == 2
+    assert f"{flag} -: writing to stdout is not supported" in capsys.readouterr().err
+    assert not (tmp_path / "-").exists()
+
+
+def test_the_output_files_exist_before_the_table_is_printed(trace: Path, tmp_path: Path) -> None:
+    out, plot = tmp_path / "o.json", tmp_path / "o.html"
+    seen_at_table: list[bool] = []
+
+    class Reader:
+        def write(self, text: str) -> None:
+            if "avg JCT" in text:
+                seen_at_table.append(out.exists() and plot.exists())
+
+        def flush(self) -> None:
+            pass
+
+    args = ["--trace", str(trace), "--cluster", "1,1,2,8,64", "--no-progress"]
+    run(build_parser().parse_args([*args, "--json", str(out), "--plot", str(plot)]), out=Reader())
+    assert seen_at_table == [True]
+
+
+@pytest.mark.parametrize(
+    "entry", [["-m", "scheduler.sim"], ["manage.py", "simulate"]], ids=["python-m", "manage.py"]
+)
+def test_a_reader_that_closes_stdout_costs_neither_the_files_nor_a_traceback(
+    trace: Path, tmp_path: Path, entry: list[str]
+) -> None:
+    # `... | head -1`, deterministically: the pipe's read end is closed before the first write.
+    out, plot = tmp_path / "p.json", tmp_path / "p.html"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        completed = subprocess.run(
+            [sys.executable, *entry, "--trace", str(trace), "--cluster", "1,1,2,8,64",
+             "--json", str(out), "--plot", str(plot), "--no-progress"],
+            cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert completed.returncode == 0, completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert "BrokenPipe" not in completed.stderr
+    assert json.loads(out.read_text())["policies"]["las"]["jobs_finished"] == 3
+    assert plot.stat().st_size > 0

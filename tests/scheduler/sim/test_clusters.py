@@ -133,3 +133,20 @@ def test_invalid_json_names_the_line(tmp_path: Path) -> None:
     path.write_text('{\n  "nodes": [\n}')
     with pytest.raises(TraceError, match=r"bad.json:3: invalid JSON"):
         load_cluster(path)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("1,1,-2,1,1", "--cluster '1,1,-2,1,1':1: field 'num_gpu_p_node' must be a positive"),
+        ("1,1,2", "--cluster '1,1,2':1: fewer cells than the spec's five columns (no "),
+        ("1,1,x,1,1", "field 'num_gpu_p_node' must be a positive integer, got 'x'"),
+        ("no,such.csv", "no,such.csv: cannot read cluster file"),
+    ],
+)
+def test_a_bad_inline_spec_names_its_field_instead_of_a_missing_file(
+    spec: str, message: str
+) -> None:
+    with pytest.raises(TraceError) as error:
+        load_cluster(spec)
+    assert message in str(error.value)

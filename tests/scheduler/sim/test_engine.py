@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from scheduler.core.types import Decisions, PlacementKind, SchedulerSettings, Snapshot, Start
 from scheduler.sim.clusters import SimCluster, homogeneous_cluster
-from scheduler.sim.engine import SimConfig, SimulationError, simulate
+from scheduler.sim.engine import (
+    MAX_TRACE_SPAN,
+    ReplayError,
+    ReplayStalled,
+    SimConfig,
+    SimulationError,
+    simulate,
+)
+from scheduler.sim.metrics import summarize
 from scheduler.sim.traces import TraceJob
 from tests.scheduler.sim.helpers import jcts, job, reference_settings, run
 
@@ -331,3 +339,103 @@ def test_alpha_starts_every_user_that_a_free_device_fits_at_once(alpha: float) -
     result = simulate(trace, cluster, settings_, config=SimConfig())
     first_starts = sorted(record.first_start for record in result.records)
     assert first_starts == [0.0, 0.0]
+
+
+# Three 2-GPU jobs on 2 GPUs, one 50 GPU·s queue, knob 2: a resumed job earns 30 s × 2 GPUs
+# = 60 GPU·s while it restores, crosses the threshold at 25 s, is demoted and preempted
+# before it does any work, and the knob promotes the job it displaced; for ever.
+SWAP_TRACE = [job(0, 2, 0, 400), job(1, 2, 0, 100), job(2, 2, 0, 3000)]
+
+
+def _swap_settings(min_runtime: float) -> SchedulerSettings:
+    return reference_settings(
+        "las",
+        restore_cost=30.0,
+        queue_thresholds=(50.0,),
+        promote_knob=2.0,
+        min_runtime=min_runtime,
+    )
+
+
+@pytest.mark.parametrize("min_runtime", [0.0, 30.0])
+def test_a_replay_whose_resumes_never_outlast_their_restore_stops_with_the_cause(
+    min_runtime: float,
+) -> None:
+    # A minimum runtime equal to the restore cost still preempts at the restore's end.
+    with pytest.raises(ReplayStalled) as stalled:
+        run(SWAP_TRACE, _swap_settings(min_runtime), homogeneous_cluster(1, 2))
+    message = str(stalled.value)
+    assert "no job did any work or finished" in message
+    assert "30 s (--restore-cost) x 2 GPUs = 60 GPU·s" in message
+    assert "50 GPU·s queue threshold" in message
+    assert "--min-runtime well above the restore cost" in message
+
+
+def test_a_minimum_runtime_above_the_restore_cost_lets_the_swap_finish() -> None:
+    result = run(SWAP_TRACE, _swap_settings(31.0), homogeneous_cluster(1, 2))
+    assert result.unfinished == 0
+
+
+def test_many_wasted_restores_without_promotion_are_no_stall() -> None:
+    # Without the knob a job is demoted at most once per queue, so this replay wastes
+    # over a thousand restores (150 jobs x 11 demotions) and still finishes: the guard
+    # counts only a restore wasted again at a level where it was wasted before.
+    queues = tuple(10.0 * level for level in range(1, 12))
+    trace = [job(i, 1, 0, 100) for i in range(150)]
+    settings_ = reference_settings("las", restore_cost=30.0, queue_thresholds=queues)
+    result = run(trace, settings_, homogeneous_cluster(1, 1))
+    assert result.unfinished == 0
+    assert sum(record.preemptions for record in result.records) > 1000
+
+
+def _shifted(trace: list[TraceJob], offset: float) -> list[TraceJob]:
+    return [replace(j, submit_time=j.submit_time + offset) for j in trace]
+
+
+# Submits 1024 s apart: exact at 1e18 too (a float there is a multiple of 128).
+EPOCH_TRACE = [job(i, 1 + i % 2, 1024.0 * i, 5000 + 997 * i) for i in range(6)]
+
+
+@pytest.mark.parametrize(
+    ("offset", "tick", "origin"),
+    [(1e18, 10.0, 1e18), (1e18, 0.0, 1e18), (1_000_003.0, 10.0, 1_000_000.0)],
+)
+def test_a_trace_that_starts_late_replays_like_the_same_trace_from_zero(
+    offset: float, tick: float, origin: float
+) -> None:
+    # Nanosecond epochs (~1e18) left no float between now and now + tick: the clock
+    # stopped. The replay now runs from the first submit rounded down to the tick grid,
+    # so timer rounds land where they did (a trace 3 s off the grid stays 3 s off it).
+    settings_ = replace(SchedulerSettings(), placement=PlacementKind.BEST_FIT)
+    cluster = homogeneous_cluster(1, 2)
+    base = run(_shifted(EPOCH_TRACE, offset - origin), settings_, cluster, tick=tick)
+    late = run(_shifted(EPOCH_TRACE, offset), settings_, cluster, tick=tick)
+    assert late.time_origin == origin
+    assert jcts(late) == jcts(base)
+    assert summarize(late) == summarize(base)
+
+
+def test_a_trace_whose_submits_span_beyond_float_precision_is_refused() -> None:
+    trace = [job(0, 1, 0, 10), job(1, 1, 4 * MAX_TRACE_SPAN, 10)]
+    with pytest.raises(ReplayError, match="check the trace's time unit"):
+        run(trace, reference_settings("fifo"), homogeneous_cluster(1, 1))
+
+
+def test_a_clock_that_cannot_move_forward_stops_the_replay() -> None:
+    # A runs 1e20 s; at its end B (1e6 s) starts with C waiting, so B's minimum runtime
+    # wants a timer round 300 s later, which rounds back to 1e20 (floats are 16384 s apart
+    # there): the loop would wake at 1e20 for ever.
+    def one_at_a_time(snapshot: Snapshot) -> Decisions:
+        if any(j.is_running for j in snapshot.jobs):
+            return Decisions()
+        waiting = min(j.id for j in snapshot.jobs)
+        return Decisions(starts=(Start(waiting, (0,)),))
+
+    with pytest.raises(ReplayError, match="the clock cannot move past now"):
+        simulate(
+            [job(0, 1, 0, 1e20), job(1, 1, 0, 1e6), job(2, 1, 0, 10)],
+            homogeneous_cluster(1, 1),
+            reference_settings("srtf", min_runtime=300.0),
+            decide=one_at_a_time,
+            config=SimConfig(tick=10.0, check_invariants=False),
+        )
