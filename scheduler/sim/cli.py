@@ -528,13 +528,24 @@ def run(options: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, obje
 
 def stuck_policies(document: dict[str, object]) -> list[str]:
     """Labels of the runs that stopped with jobs nothing could start (exit status 1)."""
+    return [label for label, reason in _stop_reasons(document) if reason.startswith("stuck")]
+
+
+def stalled_runs(document: dict[str, object]) -> list[str]:
+    """'<label>: replay stalled at ...' for each run the stall guard stopped (exit status 1;
+    the other runs' results are still written)."""
+    prefix = "stalled: "
+    return [
+        f"{label}: {reason.removeprefix(prefix)}"
+        for label, reason in _stop_reasons(document)
+        if reason.startswith(prefix)
+    ]
+
+
+def _stop_reasons(document: dict[str, object]) -> list[tuple[str, str]]:
     policies = document["policies"]
     assert isinstance(policies, dict)
-    return [
-        label
-        for label, metrics in policies.items()
-        if str(metrics.get("stop_reason", "")).startswith("stuck")
-    ]
+    return [(label, str(metrics.get("stop_reason", ""))) for label, metrics in policies.items()]
 
 
 def _say(out: TextIO, text: str) -> None:
@@ -569,7 +580,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     except ReplayError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    for stalled in stalled_runs(document):
+        sys.stderr.write(f"{parser.prog}: error: {stalled}\n")
     stuck = stuck_policies(document)
     if stuck:
         parser.exit(1, f"{parser.prog}: {', '.join(stuck)} left jobs that never ran\n")
+    if stalled_runs(document):
+        parser.exit(1)
     return 0

@@ -58,8 +58,9 @@ the same trace started at 0. `JobRecord` times and `busy_timeline` are on the sh
 Stalls
 ------
 A replay whose GPUs stay held while no job does any work and none finishes, round after
-round, with resumed jobs preempted before they do any, is stopped with `ReplayStalled` (see
-`_StallGuard`); a clock that cannot move forward stops it with `ReplayError`.
+round, with resumed jobs preempted before they do any, is stopped (see `_StallGuard`): its
+`stop_reason` starts with "stalled: " and says why, and what finished is kept, as for a
+replay left "stuck". A clock that cannot move forward stops it with `ReplayError`.
 """
 
 from __future__ import annotations
@@ -105,10 +106,6 @@ class SimulationError(RuntimeError):
 class ReplayError(SimulationError):
     """The replay cannot continue because of its inputs, not a policy bug: the command line
     reports it without a traceback (exit status 1)."""
-
-
-class ReplayStalled(ReplayError):
-    """GPUs stayed held for far too long while no job did any work (see `_StallGuard`)."""
 
 
 # A trace whose submits span more than this (about 35,000 years) from the first is refused:
@@ -712,10 +709,9 @@ class Simulation:
                 progressed = False
                 stall.reset(now)
             elif stall.stalled(wasted):
-                if progress is not None:
-                    progress.close()
                 gang = max(state.job.num_gpus for state in active.values())
-                raise ReplayStalled(_stall_message(settings, now, stall, gang))
+                stop_reason = "stalled: " + _stall_message(settings, now, stall, gang)
+                break
 
             # 6. Next timer moment at which this policy could decide differently.
             wakeup = math.inf

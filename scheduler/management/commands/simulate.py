@@ -10,7 +10,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.sim.cli import UsageError, add_arguments, run, stuck_policies
+from scheduler.sim.cli import UsageError, add_arguments, run, stalled_runs, stuck_policies
 from scheduler.sim.engine import ReplayError
 from scheduler.sim.traces import TraceError
 
@@ -32,6 +32,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         except ReplayError as exc:  # CommandError's status is 1: the inputs ran, badly
             raise CommandError(str(exc)) from exc
+        problems = stalled_runs(document)
         stuck = stuck_policies(document)
         if stuck:
-            raise CommandError(f"{', '.join(stuck)} left jobs that never ran")
+            problems.append(f"{', '.join(stuck)} left jobs that never ran")
+        if problems:
+            raise CommandError("; ".join(problems))

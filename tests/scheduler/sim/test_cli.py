@@ -261,6 +261,19 @@ def test_a_stalled_replay_exits_with_status_1_and_the_remedy(
     assert "Traceback" not in err
 
 
+def test_a_stall_keeps_the_other_policies_results(tmp_path: Path) -> None:
+    trace = tmp_path / "swap.csv"
+    trace.write_text(SWAP_ROWS)
+    out = tmp_path / "out.json"
+    args = [arg if arg != "las" else "fifo,las" for arg in SWAP_ARGS]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--trace", str(trace), *args, "--json", str(out)])
+    assert exit_info.value.code == 1
+    policies = json.loads(out.read_text())["policies"]
+    assert policies["fifo"]["jobs_finished"] == 3
+    assert policies["las"]["stop_reason"].startswith("stalled: ")
+
+
 def test_the_django_command_reports_a_stalled_replay_as_a_command_error(tmp_path: Path) -> None:
     from django.core.management import call_command
     from django.core.management.base import CommandError
