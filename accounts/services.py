@@ -136,11 +136,13 @@ def audit_entries_write(
     target_kind: AuditEntry.TargetKind,
     target_name: str,
     changes: Mapping[str, tuple[Any, Any]],
+    actor_username: str = "",
 ) -> list[AuditEntry]:
     """Write one audit entry per changed field (`changes`: field -> (old, new)), in one INSERT.
 
     Call it inside the transaction of the change itself, so the log and the change commit or
-    roll back together.
+    roll back together. `actor_username` names an actor without an account row (a shell, a
+    script) when `actor` is None; an automatic change has neither and shows no actor.
     """
     now = timezone.now()
     return AuditEntry.objects.bulk_create(
@@ -148,7 +150,7 @@ def audit_entries_write(
             AuditEntry(
                 at=now,
                 actor=actor,
-                actor_username=actor.username if actor is not None else "",
+                actor_username=actor.username if actor is not None else actor_username,
                 target_kind=target_kind,
                 target_name=target_name,
                 field=field,

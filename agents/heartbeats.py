@@ -24,7 +24,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from accounts.models import AuditEntry, User
-from accounts.services import token_digest
+from accounts.services import audit_entries_write, token_digest
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, DeviceType, Node
 from cluster.services import node_drain
@@ -111,18 +111,14 @@ def node_agent_tokens_revoke(*, token_ids: Iterable[int], by: User | None = None
     )
     NodeAgentToken.objects.filter(pk__in=[token.pk for token in tokens]).update(revoked_at=now)
     if by is not None:
-        AuditEntry.objects.bulk_create(
-            AuditEntry(
+        for token in tokens:
+            revoked = f"token {token.pk} (created {token.created_at:%Y-%m-%d %H:%M})"
+            audit_entries_write(
                 actor=by,
-                actor_username=by.username,
                 target_kind=AuditEntry.TargetKind.AGENT_TOKEN,
                 target_name=token.node.name,
-                field="revoked_at",
-                old_value="",
-                new_value=f"token {token.pk} (created {token.created_at:%Y-%m-%d %H:%M})",
+                changes={"revoked_at": ("", revoked)},
             )
-            for token in tokens
-        )
     return len(tokens)
 
 

@@ -776,7 +776,7 @@ def _outage_reason(reason: str, *, node: Node) -> str:
 def node_reason_on_return(*, state_reason: str, return_state: str) -> str:
     """The reason a node DOWN with `state_reason` has once back in `return_state`: the
     part kept after ON_RETURN; without that mark (a fault reported while it was down
-    replaced it), the whole reason. None back UP."""
+    replaced it), the whole reason; empty back UP."""
     if return_state in {"", NodeState.UP}:
         return ""
     _, mark, before = state_reason.partition(ON_RETURN)

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import AuditEntry, User
+from accounts.services import audit_entries_write
 from config.errors import Conflict, NotFound, ValidationFailed
 
 from .choices import (
@@ -89,21 +90,22 @@ def node_register(
 
 
 def _audit(
-    *, by: User | None, by_username: str, kind: str, name: str, field: str, old: str, new: str
+    *,
+    by: User | None,
+    by_username: str,
+    kind: AuditEntry.TargetKind,
+    name: str,
+    field: str,
+    old: str,
+    new: str,
 ) -> None:
-    """One audit row for an admin's action on a node or device, in the caller's transaction.
-
-    `by_username` names an actor that has no account row (a shell, a script); an automatic
-    action (a heartbeat's fault drain) has neither and shows no actor.
-    """
-    AuditEntry.objects.create(
+    """One audit row for an admin's action on a node or device, in the caller's transaction."""
+    audit_entries_write(
         actor=by,
-        actor_username=by.username if by is not None else by_username,
+        actor_username=by_username,
         target_kind=kind,
         target_name=name,
-        field=field,
-        old_value=old,
-        new_value=new,
+        changes={field: (old, new)},
     )
 
 

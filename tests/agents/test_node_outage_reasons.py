@@ -3,7 +3,6 @@ leave it to come back by itself, and a drained node returns with who drained it 
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -99,63 +98,64 @@ def test_a_fault_reported_on_its_return_goes_in_front_of_the_drains_reason(
 # ----------------------------------------------- admin and heartbeats during the return
 
 
-def _down_and_answering(monkeypatch: Any, during_ssh: Any, **node: Any) -> Node:
-    """A node the sweep took down that answers again; `during_ssh` runs while its return
-    reconcile stops stale attempts over SSH (seconds, on a real node)."""
-    down = NodeFactory(name="gpu7", last_heartbeat_at=timezone.now() - timedelta(hours=1), **node)
-    assert node_liveness_sweep()["down"] == ["gpu7"]
+def _down_and_answering(node: Node, monkeypatch: Any, during_ssh: Any, **fields: Any) -> Node:
+    """`node` (the test sshd) taken down by the sweep and answering again; `during_ssh`
+    runs while its return reconcile stops stale attempts over SSH (seconds, on a real
+    node), before the real stop."""
+    long_ago = timezone.now() - timedelta(hours=1)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=long_ago, **fields)
+    assert node_liveness_sweep()["down"] == [node.name]
+    real_stop_stale = services._stop_stale
 
-    @contextlib.contextmanager
-    def reached(node: Node) -> Any:
-        yield None
+    def stop_stale(session: Any, *, keep: Any, grace_seconds: int) -> list[tuple[int, int]]:
+        during_ssh(node)
+        return real_stop_stale(session, keep=keep, grace_seconds=grace_seconds)
 
-    def stop_stale(session: Any, keep: Any, grace_seconds: int) -> list[tuple[int, int]]:
-        during_ssh(down)
-        return []
-
-    monkeypatch.setattr(services, "node_ssh", reached)
     monkeypatch.setattr(services, "_stop_stale", stop_stale)
-    assert node_heartbeat_seen(node_id=down.pk) is True
-    node_return_reconcile(node_id=down.pk, grace_seconds=10)
-    return Node.objects.get(pk=down.pk)
+    assert node_heartbeat_seen(node_id=node.pk) is True
+    node_return_reconcile(node_id=node.pk, grace_seconds=10)
+    return Node.objects.get(pk=node.pk)
 
 
 def test_a_drain_during_the_return_reconcile_keeps_the_node_drained(
-    db: None, monkeypatch: Any
+    ssh_node: Node, monkeypatch: Any
 ) -> None:
     def drain(node: Node) -> None:
         node_drain(node_id=node.pk, reason="bad fan, RMA", by_username="root")
 
-    back = _down_and_answering(monkeypatch, drain)
+    back = _down_and_answering(ssh_node, monkeypatch, drain)
 
     assert (back.state, back.state_reason) == (NodeState.DRAINED, "Drained by root: bad fan, RMA")
 
 
 def test_an_undrain_during_the_return_reconcile_brings_the_node_back_up(
-    db: None, monkeypatch: Any
+    ssh_node: Node, monkeypatch: Any
 ) -> None:
     def undrain(node: Node) -> None:
         node_undrain(node_id=node.pk, by_username="root")
 
     back = _down_and_answering(
-        monkeypatch, undrain, state=NodeState.DRAINED, state_reason="Drained by root: BIOS"
+        ssh_node,
+        monkeypatch,
+        undrain,
+        state=NodeState.DRAINED,
+        state_reason="Drained by root: BIOS",
     )
 
     assert (back.state, back.state_reason) == (NodeState.UP, "")
 
 
 def test_a_fault_reported_during_the_return_reconcile_keeps_the_node_drained(
-    db: None, monkeypatch: Any
+    ssh_node: Node, monkeypatch: Any
 ) -> None:
     def fault(node: Node) -> None:
-        DeviceFactory(node=node, index=0, uuid="GPU-gpu7-0")
         agent_heartbeat_record(node=node, heartbeat={"gpus": reported_gpus(node, xid_errors=[79])})
 
-    back = _down_and_answering(monkeypatch, fault)
+    back = _down_and_answering(ssh_node, monkeypatch, fault)
 
     assert (back.state, back.state_reason) == (
         NodeState.DRAINED,
-        "Drained: Xid 79 on GPU 0 (GPU-gpu7-0)",
+        "Drained: Xid 79 on GPU 0 (GPU-sshnode-0); Xid 79 on GPU 1 (GPU-sshnode-1)",
     )
 
 
@@ -167,14 +167,8 @@ LONG_DRAIN = (
 )
 
 
-def test_an_outage_cuts_its_own_reason_to_keep_the_drains_whole(db: None, monkeypatch: Any) -> None:
-    @contextlib.contextmanager
-    def reached(node: Node) -> Any:
-        yield None
-
-    monkeypatch.setattr(services, "node_ssh", reached)
-    monkeypatch.setattr(services, "_stop_stale", lambda session, keep, grace_seconds: [])
-    node = NodeFactory(last_heartbeat_at=timezone.now())
+def test_an_outage_cuts_its_own_reason_to_keep_the_drains_whole(ssh_node: Node) -> None:
+    node = ssh_node
     node_drain(node_id=node.pk, reason=LONG_DRAIN.split(": ", 1)[1], by_username="lab-admin-jsmith")
 
     for _ in range(2):  # two outages in a row: nothing is lost twice either

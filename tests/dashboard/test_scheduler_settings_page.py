@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
@@ -171,6 +173,21 @@ def test_an_invalid_value_names_the_field_and_saves_nothing(lab_admin, changes, 
     config = scheduler_config_get()
     assert config.policy == "las" and config.queue_thresholds == DEFAULT_THRESHOLDS
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_error_and_the_current_value_are_where_the_input_points(lab_admin):
+    # One field template (`_field.html`) for every form: this page's errors had no id, so
+    # a screen reader never tied them to their input.
+    response = logged_in(lab_admin).post(URL, {**DEFAULTS, "preempt_margin": "0"})
+    page = response.content.decode()
+    described = re.search(r'<input[^>]*id="id_preempt_margin"[^>]*>', page)[0]  # type: ignore[index]
+    ids = re.search(r'aria-describedby="([^"]*)"', described)[1].split()  # type: ignore[index]
+    assert ids == ["id_preempt_margin_helptext", "id_preempt_margin_error"]
+    error = re.search(r'<div id="id_preempt_margin_error">(.*?)</div>', page)[1]  # type: ignore[index]
+    assert "preempt_margin:" in error
+    helptext = re.search(r'<small id="id_preempt_margin_helptext">(.*?)</small>', page)[1]  # type: ignore[index]
+    assert "Current: <b>3" in helptext
 
 
 @pytest.mark.django_db
