@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.core.cache import cache
 
 from cluster.choices import NodeState
@@ -19,7 +20,7 @@ from cluster.models import Node
 from config.errors import ApplicationError, NotFound
 from jobs.models import Job
 
-from .selectors import node_of_attempt
+from .selectors import finished_attempt_removed, node_of_attempt
 from .services import agent_logs_tail
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class LogTail:
     detail: str = ""  # the technical cause (addresses, host keys): shown to admins only
     not_started: bool = False  # no attempt has run: there is no log anywhere
     unavailable: bool = False  # there is one, but its node cannot be read now
+    removed: bool = False  # there was one, but the node has removed it (kept N days)
 
 
 def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogTail:
@@ -51,6 +53,14 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
     if job.attempt == 0:
         return LogTail(stream, problem=NOT_STARTED, not_started=True)
     node = node_of_attempt(job_id=job.pk, attempt=job.attempt)
+    if node is not None and not node.simulated and finished_attempt_removed(job=job):
+        days = settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS
+        return LogTail(
+            stream,
+            problem=f"This attempt ended more than {days} days ago, so its log has been "
+            f"removed from {node.name} (finished attempts are kept {days} days).",
+            removed=True,
+        )
     if node is not None and node.state == NodeState.DOWN:
         return LogTail(
             stream,

@@ -161,9 +161,10 @@ def job_environment(spec: LaunchSpec) -> dict[str, str]:
 # and a job printing every step for days fills /var/lib/docker, which stops every
 # container on the node. gpulab shows only the tail (`docker_logs_script`: 2,000 lines,
 # 64 KiB), so two 50 MB files keep far more than it reads while bounding each attempt
-# (finished containers are kept, for their exit code and logs) to 100 MB. The driver is
-# named because these options are json-file's: a daemon whose default driver is journald
-# or syslog would refuse them, and `docker logs` reads json-file on every Docker version.
+# (a finished container is kept GPULAB_FINISHED_ATTEMPT_KEEP_DAYS, for its exit code and
+# logs) to 100 MB. The driver is named because these options are json-file's: a daemon
+# whose default driver is journald or syslog would refuse them, and `docker logs` reads
+# json-file on every Docker version.
 DOCKER_LOG_OPTIONS = (
     "--log-driver", "json-file", "--log-opt", "max-size=50m", "--log-opt", "max-file=2",
 )  # fmt: skip
@@ -351,6 +352,55 @@ def wrapped_list_script(run_root: str) -> str:
         f'for d in {root}/{CONTAINER_PREFIX}-*; do [ -s "$d/pid" ] || continue; '
         '[ -e "$d/exit_code" ] && continue; p=$(cat "$d/pid"); '
         'kill -0 "-$p" 2>/dev/null && echo "$(basename "$d") $p"; done; true'
+    )
+
+
+def kept_attempts_script(run_root: str, *, docker: bool) -> str:
+    """One name per line: every attempt the node still keeps, running or not.
+
+    The run directories (a `docker` node keeps only stop markers there), plus, on a
+    `docker` node, every gpulab container that is not running (exited, dead, or left
+    `created`). The database decides which of them are old enough to remove.
+    """
+    root = shlex.quote(run_root)
+    listed = f'for d in {root}/{CONTAINER_PREFIX}-*; do [ -d "$d" ] && basename "$d"; done; true'
+    if not docker:
+        return listed
+    finished = shlex.join(
+        [
+            "docker", "ps", "-a", "--filter", "label=gpulab.job",
+            "--filter", "status=exited", "--filter", "status=dead", "--filter", "status=created",
+            "--format", "{{.Names}}",
+        ]
+    )  # fmt: skip
+    return f"{listed}; {finished}"
+
+
+def remove_attempts_script(run_root: str, names: Sequence[str], *, docker: bool) -> str:
+    """Remove finished attempts: their run directories and, on `docker`, containers.
+
+    Checked again on the node, so a name the database got wrong costs no running job:
+    `docker rm` without `-f` refuses a running container (and its run directory, with
+    its stop marker, then stays too), and a run directory whose process group is alive
+    and has written no exit code is left alone.
+    """
+    if not names:
+        return "true"
+    for name in names:
+        if parse_attempt_name(name) is None:
+            raise ValueError(f"not an attempt name: {name!r}")
+    root = run_root.rstrip("/")
+    dirs = " ".join(shlex.quote(f"{root}/{name}") for name in names)
+    if docker:
+        remove = shlex.join(["docker", "rm", *names])
+        return (
+            f"{remove} > /dev/null 2>&1; for d in {dirs}; do "
+            'docker container inspect "$(basename "$d")" > /dev/null 2>&1 || rm -rf "$d"; '
+            "done; true"
+        )
+    return (
+        f'for d in {dirs}; do if [ -s "$d/pid" ] && [ ! -e "$d/exit_code" ] && '
+        'kill -0 "-$(cat "$d/pid")" 2>/dev/null; then continue; fi; rm -rf "$d"; done; true'
     )
 
 

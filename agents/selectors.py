@@ -7,8 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import TextField
+from django.conf import settings
+from django.db.models import Q, TextField
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from cluster.choices import NodeState
 from cluster.models import Device, Node
@@ -54,6 +56,51 @@ def live_attempts_on_node(*, node_id: int) -> list[LiveAttempt]:
         .order_by("job_id")
     )
     return [LiveAttempt(job_id, attempt, JobState(state)) for job_id, attempt, state in rows]
+
+
+def attempts_to_remove(
+    *, node_id: int, kept: Iterable[tuple[int, int]], ended_before: datetime
+) -> list[tuple[int, int]]:
+    """Of the attempts a node keeps, those it may delete: every device the attempt held
+    there was released before `ended_before` (so nothing of it still runs or is about
+    to), or its job no longer exists (an admin deleted it, and its allocations with it).
+    An attempt the database knows nothing else about is kept."""
+    kept = set(kept)
+    job_ids = {job_id for job_id, _ in kept}
+    existing = set(Job.objects.filter(pk__in=job_ids).values_list("pk", flat=True))
+    old: dict[tuple[int, int], bool] = {}
+    rows = Allocation.objects.filter(job_id__in=job_ids, device__node_id=node_id).values_list(
+        "job_id", "attempt", "released_at"
+    )
+    for job_id, attempt, released_at in rows:
+        pair = (job_id, attempt)
+        done = released_at is not None and released_at < ended_before
+        old[pair] = old.get(pair, True) and done
+    return sorted(pair for pair in kept if old.get(pair, False) or pair[0] not in existing)
+
+
+def finished_attempt_removed(*, job: Job, now: datetime | None = None) -> bool:
+    """Whether the current attempt's log is gone from its node by now: every device it
+    held was released more than the keep time ago (`agents.services.agent_node_prune`)."""
+    keep_days = settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS
+    if keep_days == 0 or job.attempt == 0:
+        return False
+    ended_before = (now or timezone.now()) - timedelta(days=keep_days)
+    allocations = Allocation.objects.filter(job_id=job.pk, attempt=job.attempt)
+    return (
+        allocations.exists()
+        and not allocations.filter(
+            Q(released_at__isnull=True) | Q(released_at__gte=ended_before)
+        ).exists()
+    )
+
+
+def nodes_to_prune() -> list[int]:
+    """Real nodes whose finished attempts may be removed: those polled (not DOWN, host
+    key approved), and only when gpulab is told to remove them at all."""
+    if settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS == 0:
+        return []
+    return nodes_to_poll()
 
 
 def nodes_to_poll() -> list[int]:

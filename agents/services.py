@@ -48,6 +48,7 @@ from .models import NodeHostKey
 from .selectors import (
     LAUNCH_UNDELIVERED_REASON,
     LiveAttempt,
+    attempts_to_remove,
     devices_of_attempt,
     launches_undelivered,
     live_attempts_on_node,
@@ -498,6 +499,36 @@ def _stop_stale(
         run_dirs = [_run_dir(*pair) for pair in stale]
         session.run(runtimes.wrapped_stop_all_script(run_dirs, grace_seconds), timeout=timeout)
     return stale
+
+
+# At most this many attempts are removed per node and run: one command line stays short,
+# and a node that kept months of attempts before an upgrade is cleared over a few hours.
+PRUNE_BATCH = 500
+
+
+def agent_node_prune(*, node_id: int, now: datetime | None = None) -> list[tuple[int, int]]:
+    """Remove the containers and run directories (logs included) of attempts that ended
+    more than GPULAB_FINISHED_ATTEMPT_KEEP_DAYS ago, as Kubernetes removes a finished
+    Job's pods after `ttlSecondsAfterFinished`: Docker keeps every exited container and
+    its writable layer, and a busy node's disk fills with them. Returns what it removed.
+    """
+    keep_days = settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS
+    if keep_days == 0:
+        return []
+    node = Node.objects.get(pk=node_id)
+    ended_before = (now or timezone.now()) - timedelta(days=keep_days)
+    docker = node.runtime == Runtime.DOCKER
+    run_root = settings.GPULAB_NODE_RUN_ROOT
+    with node_ssh(node) as session:
+        listed = session.run(runtimes.kept_attempts_script(run_root, docker=docker)).stdout
+        kept = {parsed for name in listed.split() if (parsed := runtimes.parse_attempt_name(name))}
+        removable = attempts_to_remove(node_id=node_id, kept=kept, ended_before=ended_before)
+        removable = removable[:PRUNE_BATCH]
+        if removable:
+            names = [runtimes.attempt_name(*pair) for pair in removable]
+            session.run(runtimes.remove_attempts_script(run_root, names, docker=docker))
+            logger.info("Removed %d finished attempts from %s.", len(removable), node.name)
+    return removable
 
 
 def agent_logs_tail(*, job_id: int, stream: str = "stdout", max_bytes: int = 65536) -> str:

@@ -22,12 +22,13 @@ from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
 
 from .heartbeats import metrics_rollup
-from .selectors import attempts_overdue, nodes_to_poll
+from .selectors import attempts_overdue, nodes_to_poll, nodes_to_prune
 from .services import (
     SSH_MARGIN_SECONDS,
     agent_launch,
     agent_launch_gave_up,
     agent_node_poll,
+    agent_node_prune,
     agent_stop,
     launch_time_limit_seconds,
     node_liveness_sweep,
@@ -157,6 +158,27 @@ def agent_poll_all_task() -> int:
     for job_id, attempt in overdue.stops:
         if _resend_due("stop", job_id, attempt, stop_after):
             agent_stop_task.delay(job_id=job_id, attempt=attempt, grace_seconds=grace)
+    return len(node_ids)
+
+
+@shared_task(name="agents.node_prune", time_limit=SSH_MARGIN_SECONDS)
+def agent_node_prune_task(node_id: int) -> int:
+    try:
+        return len(agent_node_prune(node_id=node_id))
+    except SshMisconfigured as exc:
+        _misconfigured(exc, f"the clean-up of node {node_id}")
+    except (NodeUnreachable, HostKeyRefused) as exc:
+        # Nothing is lost by waiting: the next hourly run removes them.
+        logger.info("Clean-up of node %s skipped: %s", node_id, exc)
+    return 0
+
+
+@shared_task(name="agents.prune_all", time_limit=30)
+def agent_prune_all_task() -> int:
+    """Fan out one clean-up of finished attempts per real node that is up."""
+    node_ids = nodes_to_prune()
+    for node_id in node_ids:
+        agent_node_prune_task.apply_async(kwargs={"node_id": node_id}, expires=3600)
     return len(node_ids)
 
 

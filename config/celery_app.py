@@ -31,6 +31,7 @@ TASK_QUEUES = {
     "agents.stop": SSH_QUEUE,
     "agents.node_poll": SSH_QUEUE,
     "agents.node_return_reconcile": SSH_QUEUE,
+    "agents.node_prune": SSH_QUEUE,
 }
 
 
@@ -107,6 +108,13 @@ app.conf.beat_schedule = {
         "task": "dashboard.aggregates_update",
         "schedule": 60.0,
         "options": {"expires": 60.0},
+    },
+    # Real nodes, hourly: remove finished attempts' containers and run directories once
+    # they are GPULAB_FINISHED_ATTEMPT_KEEP_DAYS old (7 by default).
+    "finished-attempts-prune": {
+        "task": "agents.prune_all",
+        "schedule": 3600.0,
+        "options": {"expires": 600.0},
     },
     # Housekeeping, daily: expired login sessions (Django's `clearsessions`), and round
     # records older than GPULAB_ROUND_HISTORY_DAYS (30 by default).

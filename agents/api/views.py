@@ -122,6 +122,10 @@ class JobLogsApi(APIView):
             400: FIELD_ERRORS,
             401: NOT_AUTHENTICATED,
             404: error_response("No such job of yours, or it has not started (`not_found`)."),
+            410: error_response(
+                "The attempt ended more than GPULAB_FINISHED_ATTEMPT_KEEP_DAYS ago and its "
+                "node has removed its log (`logs_removed`)."
+            ),
             503: OpenApiResponse(
                 response=LogsUnavailableOutput,
                 description="The node could not be read (`logs_unavailable`).",
@@ -137,6 +141,8 @@ class JobLogsApi(APIView):
         log = job_log_tail(job=job, stream=stream)
         if log.not_started:
             raise NotFound(log.problem)
+        if log.removed:
+            return Response({"detail": log.problem, "code": "logs_removed"}, status=410)
         if log.unavailable:
             body = {"detail": log.problem, "code": "logs_unavailable"}
             if log.detail and request.user.is_lab_admin:

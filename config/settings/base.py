@@ -253,6 +253,11 @@ GPULAB_LAUNCH_TIMEOUT_SECONDS = env_int(
 # Where attempts' run directories (pid, stdout, stderr, exit_code) live on a node;
 # relative paths are relative to the SSH user's home.
 GPULAB_NODE_RUN_ROOT = env.str("GPULAB_NODE_RUN_ROOT", default=".gpulab/runs")
+# Finished attempts (their containers, run directories and logs) are kept on the node this
+# many days after they ended, then removed by the hourly `agents.prune_all`; 0 keeps them.
+GPULAB_FINISHED_ATTEMPT_KEEP_DAYS = env_int(
+    "GPULAB_FINISHED_ATTEMPT_KEEP_DAYS", 7, minimum=0, maximum=3650
+)
 # Where `manage.py node_bootstrap` installs the node agent (relative = the SSH user's home).
 GPULAB_NODE_AGENT_DIR = env.str("GPULAB_NODE_AGENT_DIR", default=".gpulab/agent")
 # Heartbeat liveness: a node silent this long is SUSPECT (nothing new starts), then DOWN
