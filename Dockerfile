@@ -24,4 +24,9 @@ RUN DJANGO_SECRET_KEY=build-only-not-a-secret-collectstatic-needs-some-key-of-50
 
 USER gpulab
 EXPOSE 8000
-CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+# Threaded workers: a request waiting on a node (the job page's log read over SSH, up to
+# 5 steps of 5 s against a hung node) holds one of 4 threads, not a whole worker, so agents'
+# heartbeats (5 s to answer) still get through. --timeout is the worker's own liveness, well
+# above that worst case. docker-compose.yml's `web` runs the same command.
+CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--worker-class", "gthread", "--threads", "4", "--timeout", "60", "--access-logfile", "-"]

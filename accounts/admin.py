@@ -4,15 +4,26 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import UserChangeForm
+from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from .forms import AdminLoginForm
 from .models import ApiToken, AuditEntry, DeviceTypeQuota, LabGroup, User
-from .services import api_token_revoke, default_group_errors, user_lab_groups_set
+from .services import (
+    api_tokens_revoke,
+    default_group_errors,
+    lab_group_members_set,
+    user_account_save,
+    user_lab_groups_set,
+    user_password_set_audit,
+)
 
 # The Django admin's login counts failures and locks out like the site's (accounts.forms).
 admin.site.login_form = AdminLoginForm
@@ -122,6 +133,13 @@ class UserAdmin(DjangoUserAdmin):
     # Weights and limits change only on the audited quota editor (/manage/quotas/).
     readonly_fields = ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
 
+    # The change view runs in one transaction (ModelAdmin.changeform_view): the services'
+    # audit entries commit or roll back with the edit.
+    def save_model(
+        self, request: HttpRequest, obj: User, form: forms.ModelForm, change: bool
+    ) -> None:
+        user_account_save(actor=request.user, user=obj)
+
     def save_related(
         self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool
     ) -> None:
@@ -131,7 +149,31 @@ class UserAdmin(DjangoUserAdmin):
                 user=form.instance,
                 groups=form.cleaned_data["lab_groups"],
                 default_group=form.instance.default_group,
+                actor=request.user,
             )
+
+    @method_decorator(sensitive_post_parameters())
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        # Django's view saves the new password itself, with no place to pass the actor to:
+        # it runs here in one transaction, the user's row locked, and a stored password
+        # that differs afterwards is audited in that transaction.
+        with transaction.atomic():
+            user = self.get_object(request, unquote(id))
+            before = None
+            if user is not None and request.method == "POST":
+                before = (
+                    User.objects.select_for_update(no_key=True)
+                    .values_list("password", flat=True)
+                    .get(pk=user.pk)
+                )
+            response = super().user_change_password(request, id, form_url)
+            if before is not None:
+                user.refresh_from_db(fields=["password"])
+                if user.password != before:
+                    user_password_set_audit(actor=request.user, user=user)
+        return response
 
 
 @admin.register(LabGroup)
@@ -142,6 +184,15 @@ class LabGroupAdmin(admin.ModelAdmin):
     inlines = [GroupDeviceTypeQuotaInline]
     # Weights and limits change only on the audited quota editor (/manage/quotas/).
     readonly_fields = ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
+
+    def save_related(
+        self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool
+    ) -> None:
+        # Members through the audited service first; Django's save_m2m then finds them set.
+        lab_group_members_set(
+            actor=request.user, group=form.instance, members=form.cleaned_data["members"]
+        )
+        super().save_related(request, form, formsets, change)
 
 
 @admin.register(ApiToken)
@@ -156,14 +207,23 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["user", "digest", "prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # Revoking (audited) is how a token stops working; a deleted one would leave no trace.
+        return False
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     @admin.action(description="Revoke: the token stops working at once")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        for token in queryset.select_related("user"):
-            api_token_revoke(user=token.user, token_id=token.pk)
-        self.message_user(request, f"Revoked {queryset.count()} token(s).")
+        selected = list(queryset.values_list("pk", flat=True))
+        revoked = api_tokens_revoke(actor=request.user, token_ids=selected)
+        already = len(selected) - revoked
+        self.message_user(
+            request,
+            f"Revoked {revoked} token(s)."
+            + (f" {already} had been revoked already." if already else ""),
+        )
 
 
 @admin.register(AuditEntry)

@@ -1,13 +1,15 @@
-"""Login forms that refuse brute force: the site's login page and the Django admin's."""
+"""Forms that refuse brute force: the site's login page and the Django admin's, and the
+old password of both password-change pages."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.admin.forms import AdminAuthenticationForm, AdminPasswordChangeForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.core.exceptions import ValidationError
+from django.http import HttpRequest
 from django.views.decorators.debug import sensitive_variables
 
 from .lockout import (
@@ -65,4 +67,43 @@ class LoginForm(LoginLockoutMixin, AuthenticationForm):
 
 
 class AdminLoginForm(LoginLockoutMixin, AdminAuthenticationForm):
+    pass
+
+
+class PasswordChangeLockoutMixin:
+    """For a PasswordChangeForm: the old password is a password guess, counted like a
+    login's (accounts.lockout) for the session's username from the client's address.
+
+    The form needs the request (`request=`, for the address); accounts.views.
+    LockoutPasswordChangeView passes it. `locked_until` is set when the check was refused,
+    so login_lockout_status answers 429.
+    """
+
+    locked_until: datetime | None = None
+
+    def __init__(self, *args: Any, request: HttpRequest, **kwargs: Any) -> None:
+        self.request = request
+        super().__init__(*args, **kwargs)
+
+    @sensitive_variables()
+    def clean_old_password(self) -> str:
+        username = self.user.get_username()  # type: ignore[attr-defined]
+        ip = client_ip(self.request)
+        self.locked_until = login_attempt_reserve(username=username, ip=ip)
+        if self.locked_until is not None:
+            raise ValidationError(lockout_message(self.locked_until), code="locked_out")
+        try:
+            old_password: str = super().clean_old_password()  # type: ignore[misc]
+        except ValidationError:
+            login_failure_record(username=username, ip=ip)
+            raise
+        login_success_record(username=username, ip=ip)
+        return old_password
+
+
+class LockoutPasswordChangeForm(PasswordChangeLockoutMixin, PasswordChangeForm):
+    pass
+
+
+class AdminLockoutPasswordChangeForm(PasswordChangeLockoutMixin, AdminPasswordChangeForm):
     pass

@@ -1,4 +1,5 @@
-"""Brute-force protection for password logins (the site's and the Django admin's).
+"""Brute-force protection for password checks: the logins (the site's and the Django
+admin's) and the old password of the password-change pages (accounts.forms).
 
 Attempts are counted in Django's default cache (Redis in production, the process's memory
 in the demo), at two levels:
@@ -19,7 +20,15 @@ passwords are checked per pair (and per address) per window, however many attemp
 at once. A locked-out attempt is refused before the password is checked, so guessing
 stops paying off. A successful login clears its pair and hands its address reservation
 back; so does a right password the page refuses (inactive, or not staff on the admin):
-neither is a guess. `manage.py login_unlock` clears a username or an address early.
+neither is a guess. The old password a password-change page asks for is the same
+guess under the session's username, so it reserves, counts and clears the same pair and
+address: someone holding a session (a borrowed laptop) must not try passwords there
+without limit. `manage.py login_unlock` clears a username or an address early.
+
+An address is an IPv4 address, or an IPv6 client's /64 (an IPv4-mapped IPv6 address is
+its IPv4 address): a host is given at least a whole /64 and may send each attempt from
+another address in it, so counting single IPv6 addresses would give one client 2^64
+fresh budgets. (A /64 is the smallest subnet SLAAC works with; one site may hold more.)
 
 Windows are fixed (they start at the first attempt) rather than sliding: one counter
 with an expiry, and never more than twice the limit per window. With the cache
@@ -30,6 +39,7 @@ database, and an outage of Redis must not lock every user out or answer 500.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import math
 from dataclasses import dataclass
@@ -80,6 +90,29 @@ def client_ip(request: HttpRequest | None) -> str:
         if len(hops) >= proxies:
             return hops[-proxies]
     return remote
+
+
+def counted_address(ip: str) -> str:
+    """What attempts from `ip` are counted under: an IPv4 address as it is, an IPv6 one as
+    its /64 ("2001:db8::/64"), an IPv4-mapped IPv6 one as its IPv4 address. Anything else
+    (an empty, unknown address) is returned unchanged. A /64 as this prints it (in the log,
+    by `login_unlock`) is its own counted address, so it can be given back to clear it."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        try:
+            network = ipaddress.ip_network(ip, strict=False)
+        except ValueError:
+            return ip
+        if isinstance(network, ipaddress.IPv6Network) and network.prefixlen == 64:
+            return str(network)
+        return ip
+    if isinstance(address, ipaddress.IPv4Address):
+        return str(address)
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    # From the integer: a zone ("fe80::1%eth0") names a local link, not a network.
+    return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
 
 
 def _digest(text: str) -> str:
@@ -201,7 +234,7 @@ def login_attempt_reserve(*, username: str, ip: str) -> datetime | None:
     running at once), which locks it now.
     """
     try:
-        return _reserve(username=username, ip=ip)
+        return _reserve(username=username, ip=counted_address(ip))
     except Exception:
         logger.error("Login lockout not checked: the cache is unreachable.", exc_info=True)
         return None
@@ -236,7 +269,7 @@ def login_failure_record(*, username: str, ip: str) -> datetime | None:
     logger.warning("Failed login for username %r from %s", username, ip or "an unknown address")
     try:
         window = lockout_seconds()
-        counted = _counted(username=username, ip=ip)
+        counted = _counted(username=username, ip=counted_address(ip))
         counts = cache.get_many([c.count_key for c in counted])
         locks = [
             _lock(c, window=window, attempts=counts[c.count_key])
@@ -252,6 +285,7 @@ def login_failure_record(*, username: str, ip: str) -> datetime | None:
 def login_success_record(*, username: str, ip: str) -> None:
     """A reserved attempt logged in: clear its pair, and give its address's place back
     (a lab logging in behind one address must never add up to the address's limit)."""
+    ip = counted_address(ip)
     try:
         pair = _pair(username, ip)
         cache.delete_many([pair.count_key, pair.lock_key])
@@ -265,7 +299,7 @@ def login_attempt_release(*, username: str, ip: str) -> None:
     """A reserved attempt was not a guess (the right password, for an account the page
     refuses): give both its places back."""
     try:
-        for each in _counted(username=username, ip=ip):
+        for each in _counted(username=username, ip=counted_address(ip)):
             _counter_release(each.count_key)
     except Exception:
         logger.error("Login attempt not released: the cache is unreachable.", exc_info=True)
@@ -284,8 +318,10 @@ def login_failures_clear(*, username: str = "", ip: str = "") -> list[LockoutCle
     """Forget the failures and lockouts of this username (from every address it was tried
     from) and/or of this address (its own count, and every username tried from it).
 
-    Returns what there was to clear. Raises if the cache is unreachable.
+    Returns what there was to clear. Raises if the cache is unreachable. An IPv6 address
+    clears its whole /64, the unit attempts are counted in.
     """
+    ip = counted_address(ip)
     pairs: set[tuple[str, str]] = set()
     if username:
         folded = username.casefold()

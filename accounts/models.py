@@ -152,8 +152,9 @@ class ApiToken(models.Model):
 
 
 class AuditEntry(models.Model):
-    """One changed field of a user's or group's quota, of the scheduler settings, or of a
-    node or device an admin acted on.
+    """One changed field of a user's or group's quota or account (role, active, lab groups,
+    password set by an admin), of the scheduler settings, or of a node, device or token an
+    admin acted on.
 
     Written by the services that make those changes, one row per changed field, in the same
     transaction as the change. The actor's name is copied so the log still reads after the
@@ -170,6 +171,9 @@ class AuditEntry(models.Model):
         NODE = "node", "Node"
         DEVICE = "device", "Device"
         AGENT_TOKEN = "agent_token", "Agent token"
+        # An admin revoking a user's API token (the user revoking their own is not logged):
+        # named by its owner, the token itself in the new value.
+        API_TOKEN = "api_token", "API token"
 
     at = models.DateTimeField(default=timezone.now)
     actor = models.ForeignKey(
@@ -178,6 +182,12 @@ class AuditEntry(models.Model):
     actor_username = models.CharField(max_length=150, blank=True)
     target_kind = models.CharField(max_length=16, choices=TargetKind.choices)
     target_name = models.CharField(max_length=150)
+    # The id of the user or lab group the entry is about (kinds user, group, api_token: its
+    # owner), so an account's history follows the account through a rename and a new
+    # account given a freed name does not inherit it. `target_name` is kept for display
+    # and for the log of a deleted account. NULL for the other kinds, and for entries
+    # written before this field whose name matched no account (migration 0006).
+    target_id = models.BigIntegerField(null=True, blank=True)
     field = models.CharField(max_length=64)
     # Text, not JSON: values of any field (numbers, lists, "no limit") read the same here.
     old_value = models.TextField(blank=True)
@@ -189,6 +199,9 @@ class AuditEntry(models.Model):
         indexes = [
             models.Index(fields=["-at", "-id"], name="auditentry_at"),
             models.Index(fields=["target_kind", "-at", "-id"], name="auditentry_kind_at"),
+            models.Index(
+                fields=["target_kind", "target_id", "-at", "-id"], name="auditentry_target_at"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -53,6 +53,39 @@ def api_token_revoke(*, user: User, token_id: int) -> ApiToken:
     return token
 
 
+def api_tokens_revoke(*, actor: User, token_ids: Iterable[int]) -> int:
+    """An admin revokes these API tokens (the Django admin's action); return how many were
+    revoked now.
+
+    Each one revoked now gets an audit entry named by its owner, in the same transaction,
+    as node agent tokens do (agents.heartbeats.node_agent_tokens_revoke). Tokens already
+    revoked keep their time, are not counted and get no entry. A user revoking their own
+    token (api_token_revoke) is not logged: it is not an admin's action on their account.
+    """
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins revoke other users' tokens.")
+    now = timezone.now()
+    with transaction.atomic():
+        # Locked (tokens only, not their owners) so that two admins revoking at once
+        # count, and log, each token once.
+        tokens = list(
+            ApiToken.objects.select_for_update(of=("self",))
+            .select_related("user")
+            .filter(pk__in=list(token_ids), revoked_at__isnull=True)
+            .order_by("pk")
+        )
+        ApiToken.objects.filter(pk__in=[token.pk for token in tokens]).update(revoked_at=now)
+        for token in tokens:
+            audit_entries_write(
+                actor=actor,
+                target_kind=AuditEntry.TargetKind.API_TOKEN,
+                target_name=token.user.username,
+                target_id=token.user_id,
+                changes={"revoked_at": ("", f"token '{token.name}' ({token.prefix}…)")},
+            )
+    return len(tokens)
+
+
 def user_create(
     *,
     username: str,
@@ -94,22 +127,154 @@ def default_group_errors(
 
 
 def user_lab_groups_set(
-    *, user: User, groups: Iterable[LabGroup], default_group: LabGroup | None
-) -> None:
+    *,
+    user: User,
+    groups: Iterable[LabGroup],
+    default_group: LabGroup | None,
+    actor: User | None = None,
+) -> list[AuditEntry]:
     """Make `groups` exactly the user's lab groups and `default_group` their default.
 
     ValidationFailed (naming `default_group`) if the default is not among the groups;
-    nothing is written then.
+    nothing is written then. An admin's change (`actor`) is audited on the user: the group
+    names before and after, and the default group if it changed; a script's, without an
+    actor, is not. Returns the entries written.
     """
     groups = list(groups)
     errors = default_group_errors(default_group=default_group, groups=groups)
     if errors:
         raise ValidationFailed(errors)
     with transaction.atomic():
+        # The row lock orders two admins' edits, so each entry's "before" is what the
+        # other left.
+        stored = (
+            User.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("default_group")
+            .get(pk=user.pk)
+        )
+        changes: dict[str, tuple[Any, Any]] = {}
+        names_before = sorted(stored.lab_groups.values_list("name", flat=True))
+        names_after = sorted(group.name for group in groups)
+        if names_before != names_after:
+            changes["lab_groups"] = (names_before, names_after)
         user.lab_groups.set(groups)
+        if stored.default_group_id != (default_group.pk if default_group else None):
+            changes["default_group"] = (
+                _group_name(stored.default_group),
+                _group_name(default_group),
+            )
         if user.default_group_id != (default_group.pk if default_group else None):
             user.default_group = default_group
             user.save(update_fields=["default_group"])
+        if actor is None or not changes:
+            return []
+        return audit_entries_write(
+            actor=actor,
+            target_kind=AuditEntry.TargetKind.USER,
+            target_name=user.username,
+            target_id=user.pk,
+            changes=changes,
+        )
+
+
+def _group_name(group: LabGroup | None) -> str | None:
+    return None if group is None else group.name
+
+
+# What the audit log records of an admin's edit of an account, besides quotas (their own
+# services) and lab groups (user_lab_groups_set): who the user is, what they may do, and
+# where their jobs are charged by default. Names and e-mail are not powers.
+USER_AUDITED_FIELDS = ("username", "role", "is_active", "default_group")
+
+
+def _user_audited_values(user: User) -> dict[str, Any]:
+    return {
+        "username": user.username,
+        "role": user.role,
+        "is_active": user.is_active,
+        "default_group": _group_name(user.default_group),
+    }
+
+
+def user_account_save(*, actor: User, user: User) -> list[AuditEntry]:
+    """Save an admin's edit of a user (`user` holds the new values, as the Django admin's
+    form left them) and audit the change of each of USER_AUDITED_FIELDS, old -> new, in
+    the same transaction. A new user gets one entry: its role.
+
+    Only lab admins may (PermissionDenied otherwise). Returns the entries written.
+    """
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins change accounts.")
+    with transaction.atomic():
+        if user.pk is None:
+            user.save()
+            changes: dict[str, tuple[Any, Any]] = {"role": ("", user.role)}
+        else:
+            # Locked while compared, so two admins' saves are logged in the order they land.
+            stored = (
+                User.objects.select_for_update(no_key=True, of=("self",))
+                .select_related("default_group")
+                .get(pk=user.pk)
+            )
+            before = _user_audited_values(stored)
+            after = _user_audited_values(user)
+            changes = {
+                field: (before[field], after[field])
+                for field in USER_AUDITED_FIELDS
+                if before[field] != after[field]
+            }
+            user.save()
+        return audit_entries_write(
+            actor=actor,
+            target_kind=AuditEntry.TargetKind.USER,
+            target_name=user.username,
+            target_id=user.pk,
+            changes=changes,
+        )
+
+
+def user_password_set_audit(*, actor: User, user: User) -> list[AuditEntry]:
+    """Record that an admin set `user`'s password, or turned their password login off (an
+    unusable password). Call it in the transaction that saved the password: Django's
+    admin view saves it itself. Neither password nor hash is ever written to the log.
+    """
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins set other users' passwords.")
+    new = "set by an admin" if user.has_usable_password() else "password login disabled"
+    return audit_entries_write(
+        actor=actor,
+        target_kind=AuditEntry.TargetKind.USER,
+        target_name=user.username,
+        target_id=user.pk,
+        changes={"password": ("", new)},
+    )
+
+
+def lab_group_members_set(
+    *, actor: User, group: LabGroup, members: Iterable[User]
+) -> list[AuditEntry]:
+    """Make `members` exactly the group's members (the Django admin's group page) and audit
+    the change on the group: the usernames before and after. Returns the entries written.
+
+    Only lab admins may (PermissionDenied otherwise).
+    """
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins change lab groups.")
+    members = list(members)
+    with transaction.atomic():
+        LabGroup.objects.select_for_update(no_key=True).get(pk=group.pk)
+        before = sorted(group.members.values_list("username", flat=True))
+        after = sorted(member.username for member in members)
+        group.members.set(members)
+        if before == after:
+            return []
+        return audit_entries_write(
+            actor=actor,
+            target_kind=AuditEntry.TargetKind.GROUP,
+            target_name=group.name,
+            target_id=group.pk,
+            changes={"members": (before, after)},
+        )
 
 
 # --------------------------------------------------------------------------- quotas
@@ -137,12 +302,15 @@ def audit_entries_write(
     target_name: str,
     changes: Mapping[str, tuple[Any, Any]],
     actor_username: str = "",
+    target_id: int | None = None,
 ) -> list[AuditEntry]:
     """Write one audit entry per changed field (`changes`: field -> (old, new)), in one INSERT.
 
     Call it inside the transaction of the change itself, so the log and the change commit or
     roll back together. `actor_username` names an actor without an account row (a shell, a
     script) when `actor` is None; an automatic change has neither and shows no actor.
+    `target_id` is the id of the user or group the entry is about (AuditEntry.target_id):
+    every entry about one must carry it, or it drops out of that account's history.
     """
     now = timezone.now()
     return AuditEntry.objects.bulk_create(
@@ -153,6 +321,7 @@ def audit_entries_write(
                 actor_username=actor.username if actor is not None else actor_username,
                 target_kind=target_kind,
                 target_name=target_name,
+                target_id=target_id,
                 field=field,
                 old_value=audit_text(old),
                 new_value=audit_text(new),
@@ -259,7 +428,9 @@ def _quota_update(
             account.save(update_fields=plain)
         _type_caps_write(owner=owner, existing=type_caps, changed=changed)
         name = account.username if isinstance(account, User) else account.name
-        return audit_entries_write(actor=actor, target_kind=kind, target_name=name, changes=changed)
+        return audit_entries_write(
+            actor=actor, target_kind=kind, target_name=name, target_id=account.pk, changes=changed
+        )
 
 
 def _type_caps_write(

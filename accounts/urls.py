@@ -7,13 +7,15 @@ app_name = "accounts"
 urlpatterns = [
     path("tokens/", views.token_list_page, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke_page, name="token-revoke"),
-    # Django's own views: they check the old password, run the password validators and
-    # keep the session logged in (update_session_auth_hash).
+    # Django's own views; the old password is counted and locked out as a login's
+    # (accounts.lockout), a refused check answered 429.
     path(
         "password/",
-        auth_views.PasswordChangeView.as_view(
-            template_name="accounts/password_change.html",
-            success_url=reverse_lazy("accounts:password-change-done"),
+        views.login_lockout_status(
+            views.LockoutPasswordChangeView.as_view(
+                template_name="accounts/password_change.html",
+                success_url=reverse_lazy("accounts:password-change-done"),
+            )
         ),
         name="password-change",
     ),

@@ -1,5 +1,5 @@
-"""The API tokens page: create (shown once) and revoke your own tokens; the 429 of a
-locked-out login."""
+"""The API tokens page: create (shown once) and revoke your own tokens; the password
+change pages; the 429 of a locked-out login or old-password check."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import PasswordChangeView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
@@ -19,6 +21,7 @@ from django.views.decorators.http import require_http_methods
 from config.errors import NotFound, ValidationFailed
 
 from . import selectors, services
+from .forms import AdminLockoutPasswordChangeForm, LockoutPasswordChangeForm
 
 
 # The page shows a freshly created key once: no browser or proxy may keep a copy.
@@ -63,9 +66,34 @@ def token_revoke_page(request: HttpRequest, token_id: int) -> HttpResponse:
     return redirect("accounts:tokens")
 
 
+class LockoutPasswordChangeView(PasswordChangeView):
+    """Django's password change (it checks the old password, runs the password validators
+    and keeps the session logged in), with the old password counted as a login attempt
+    (accounts.forms.PasswordChangeLockoutMixin, which needs the request)."""
+
+    form_class = LockoutPasswordChangeForm
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "request": self.request}
+
+
+def admin_password_change_page(request: HttpRequest) -> HttpResponse:
+    """The Django admin's own password change (AdminSite.password_change, whose form class
+    cannot be replaced), with the same lockout; config/urls.py routes
+    /admin/password_change/ here, wrapped in the admin's staff check."""
+    request.current_app = admin.site.name
+    return LockoutPasswordChangeView.as_view(
+        form_class=AdminLockoutPasswordChangeForm,
+        template_name="registration/password_change_form.html",
+        success_url=reverse("admin:password_change_done"),
+        extra_context=admin.site.each_context(request),
+    )(request)
+
+
 def login_lockout_status(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Wrap a login view (the site's LoginView, the admin's login) whose form uses
-    accounts.forms.LoginLockoutMixin: a refused, locked-out attempt answers 429 Too Many
+    """Wrap a view whose form counts password guesses (a login form with
+    accounts.forms.LoginLockoutMixin, a password change form with
+    PasswordChangeLockoutMixin): a refused, locked-out attempt answers 429 Too Many
     Requests with Retry-After, instead of the 200 of an ordinary wrong password."""
 
     @functools.wraps(view)

@@ -437,16 +437,26 @@ def _hardware_fault_record(node: Node, fault: str) -> None:
     Node.objects.filter(pk=node.pk, state=state).update(return_state=to, state_reason=new_reason)
 
 
-def agent_heartbeat_refused(*, node: Node, errors: Any, now: datetime | None = None) -> None:
-    """A heartbeat whose payload was refused (400) still shows the node and its agent are up.
+def agent_heartbeat_refused(
+    *, node: Node, errors: Any, conflict: str = "", now: datetime | None = None
+) -> None:
+    """A heartbeat that was refused (400, 409, 415) still shows the node and its agent are up.
 
     Its readings are not stored, but its liveness is: a node must not go DOWN, and its
     running jobs be requeued, because its agent and the control plane disagree on a field
-    (an agent older or newer than the server, a reading out of range).
+    (an agent older or newer than the server, a reading out of range) or on where a GPU
+    belongs (a GPU registered on a node that is still draining: `_check_movable`).
+
+    A GPU `conflict` (409) means the node's GPUs are not the ones registered for it, and
+    the checks that would drain it for a missing GPU never ran (the refused heartbeat's
+    transaction rolled back): it is drained with the conflict as its reason, so nothing
+    new is placed on a GPU that may be gone until an admin has sorted the GPUs out.
     """
     logger.warning("Heartbeat of node %s refused: %s", node.name, errors)
     with transaction.atomic():
         _reconcile_on_commit(node, node_heartbeat_seen(node_id=node.pk, now=now))
+        if conflict:
+            node_drain(node_id=node.pk, reason=conflict)
 
 
 def _reconcile_on_commit(node: Node, needs_reconcile: bool) -> None:

@@ -1,10 +1,11 @@
 """Reading a job's log tail for a person: the page's fragment and the REST API share it.
 
-A read, but over SSH: a node that does not answer can hold a web worker for the SSH
-timeout × connect attempts, so a failure is remembered for a short while instead of
-retried on every poll, and a DOWN node is not tried at all. What went wrong is said in
-two parts: `problem`, for everyone, and `detail` (addresses, key paths, host keys), for
-admins only.
+A read, but over SSH inside a web request, so it is kept short: one connect attempt with
+short timeouts (not the tasks' retries), one request at a time per attempt (N open pages
+of a job on a hung node would hold N web threads), a failure remembered for a short while
+instead of retried on every poll, and a DOWN node not tried at all. What went wrong is
+said in two parts: `problem`, for everyone, and `detail` (addresses, key paths, host
+keys), for admins only.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
 
 from cluster.choices import NodeState
 from cluster.models import Node
 from config.errors import ApplicationError, NotFound
+from config.fail_open_cache import cache_add, cache_delete, cache_get, cache_set
+from jobs.choices import HOLDING_STATES
 from jobs.models import Job
 
 from .selectors import finished_attempt_removed, node_of_attempt
 from .services import agent_logs_tail
+from .ssh import SshBudget
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,13 @@ LOG_STREAMS = ("stdout", "stderr")
 LOG_TAIL_BYTES = 64 * 1024
 # After a node fails to answer, readers are told so from the cache for this long.
 LOG_UNREACHABLE_BACKOFF_SECONDS = 30
+# A web read waits at most this long on each SSH step, and connects once: the tasks' budget
+# (GPULAB_SSH_CONNECT_ATTEMPTS × GPULAB_SSH_TIMEOUT_SECONDS plus pauses, 33 s by default)
+# against a node that accepts TCP but never answers outlasted gunicorn's worker timeout.
+LOG_READ_STEP_SECONDS = 5.0
+# The steps a read may wait on, each up to its timeout: TCP connect, key exchange, login,
+# opening the channel, the command itself.
+LOG_READ_STEPS = 5
 NOT_STARTED = "No logs yet: the job has not started."
 
 
@@ -53,7 +63,10 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
     if job.attempt == 0:
         return LogTail(stream, problem=NOT_STARTED, not_started=True)
     node = node_of_attempt(job_id=job.pk, attempt=job.attempt)
-    if node is not None and not node.simulated and finished_attempt_removed(job=job):
+    # Only an attempt that is over can have been removed: a live one (the page that
+    # refreshes every few seconds) costs no extra query.
+    over = job.state not in HOLDING_STATES
+    if over and node is not None and not node.simulated and finished_attempt_removed(job=job):
         days = settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS
         return LogTail(
             stream,
@@ -68,10 +81,27 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
             unavailable=True,
         )
     backoff_key = f"jobs:logs-unreachable:{job.pk}:{job.attempt}"
-    if (detail := cache.get(backoff_key)) is not None:
+    if (detail := cache_get(backoff_key)) is not None:
         return _unreachable(stream, node, detail)
+    budget = SshBudget(
+        connect_attempts=1,
+        timeout=min(settings.GPULAB_SSH_TIMEOUT_SECONDS, LOG_READ_STEP_SECONDS),
+    )
+    # One request at a time reads an attempt's log over SSH; the others are told so rather
+    # than pile onto a node that may be hung. The key expires by itself, after the longest
+    # a read can take, in case its reader dies before deleting it.
+    reading_key = f"jobs:logs-reading:{job.pk}:{job.attempt}"
+    if not cache_add(reading_key, timeout=budget.timeout * LOG_READ_STEPS + 5):
+        return LogTail(
+            stream,
+            problem=f"The log is being read from {_where(node)} for another viewer; "
+            "try again in a few seconds.",
+            unavailable=True,
+        )
     try:
-        text = agent_logs_tail(job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES)
+        text = agent_logs_tail(
+            job_id=job.pk, stream=stream, max_bytes=LOG_TAIL_BYTES, budget=budget
+        )
     except NotFound:
         return LogTail(stream, problem=NOT_STARTED, not_started=True)
     except (ApplicationError, OSError) as exc:
@@ -79,8 +109,10 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
         # network error ever slips past agents.ssh's wrapping.
         detail = exc.message if isinstance(exc, ApplicationError) else str(exc)
         logger.info("Log of job %s not readable: %s", job.pk, detail)
-        cache.set(backoff_key, detail, LOG_UNREACHABLE_BACKOFF_SECONDS)
+        cache_set(backoff_key, detail, timeout=LOG_UNREACHABLE_BACKOFF_SECONDS)
         return _unreachable(stream, node, detail)
+    finally:
+        cache_delete(reading_key)
     if not text and node is not None and node.simulated:
         # agents.simulated runs no process, so there is nothing to tail; say why.
         return LogTail(stream, problem=f"{node.name} is a simulated (demo) node: no log output.")
@@ -118,11 +150,14 @@ def _read_bytes(text: str) -> int:
     return len(text.encode()) - 2 * text.count("\ufffd")
 
 
+def _where(node: Node | None) -> str:
+    return f"node {node.name}" if node is not None else "its node"
+
+
 def _unreachable(stream: str, node: Node | None, detail: str) -> LogTail:
-    where = f"node {node.name}" if node is not None else "its node"
     return LogTail(
         stream,
-        problem=f"The log cannot be read from {where} right now.",
+        problem=f"The log cannot be read from {_where(node)} right now.",
         detail=detail,
         unavailable=True,
     )

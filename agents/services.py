@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,6 +35,7 @@ from config.errors import ApplicationError, NotFound, ValidationFailed
 from jobs.choices import JobState
 from jobs.models import Allocation, Job, JobEvent
 from jobs.services import (
+    job_fail,
     job_finish,
     job_launch_failed,
     job_mark_lost,
@@ -54,7 +56,7 @@ from .selectors import (
     live_attempts_on_node,
     node_of_attempt,
 )
-from .ssh import HostKeyRefused, NodeSession, node_ssh
+from .ssh import CommandTimedOut, HostKeyRefused, NodeSession, NodeUnreachable, SshBudget, node_ssh
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,29 @@ SSH_MARGIN_SECONDS = 300
 def launch_time_limit_seconds() -> int:
     """The launch task's time limit: the longest a launch can still be under way."""
     return settings.GPULAB_LAUNCH_TIMEOUT_SECONDS + SSH_MARGIN_SECONDS
+
+
+# How a launch killed by the node's own deadline (`_launch_bounded`) exits: `timeout`
+# kills its whole process group with SIGKILL, itself included, so the shell reports
+# 128 + 9.
+LAUNCH_KILLED_EXIT = 137
+
+
+def _launch_bounded(script: str, seconds: int) -> str:
+    """`script` run under the node's `timeout -s KILL`: at `seconds` every process of the
+    launch (`docker run` pulling an image included) is killed on the node itself.
+
+    The worker's own deadline only closes its SSH channel, which leaves the command
+    running on the node: a launch that outlived it could still start its program on GPUs
+    given to the next job. With the node's deadline, a launch that ends by it is known to
+    be gone. The program it started is not in that process group (the wrapper runs under
+    `setsid`, a container under dockerd), and a launch that finished is not signalled.
+    """
+    # `; exit $?`: where /bin/sh is bash (RHEL and kin), a shell ending in a command
+    # replaces itself with it, `timeout` then kills itself under sshd, which reports a
+    # signal, not 137; a command after it keeps the shell there to report 128 + 9.
+    bounded = shlex.join(["timeout", "-s", "KILL", str(int(seconds)), "sh", "-c", script])
+    return f"{bounded}; exit $?"
 
 
 # --------------------------------------------------------------------------- requests
@@ -172,9 +197,12 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
     1. Skip quietly if the job moved on (cancelled, or a newer attempt exists).
     2. Build the runtime's command; a job that cannot be launched as stored (bad image,
        hostile argv) fails with the reason, without touching the node.
-    3. Run it. Success → RUNNING. The command failing on the node → FAILED with its
-       stderr. Node trouble (host key, unreachable) raises for the caller (the task
-       retries NodeUnreachable and finally calls `agent_launch_gave_up`).
+    3. Run it, bounded by GPULAB_LAUNCH_TIMEOUT_SECONDS on the node (`_launch_bounded`).
+       Success → RUNNING. The command failing on the node → FAILED with its stderr. One
+       the node killed at its deadline (a slow image pull) → FAILED too: the node
+       answered, so it is this job's failure, not the node's (`_launch_timed_out`). Node
+       trouble (host key, unreachable, not even the deadline reported) raises for the
+       caller (the task retries NodeUnreachable and finally calls `agent_launch_gave_up`).
     4. A job cancelled (or timed out) while its launch was under way: its attempt is
        stopped at once and its GPUs released (`_attempt_end_unwanted`), here and not by
        the poll, which leaves such GPUs alone while a launch may still start the program
@@ -195,9 +223,23 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
         script = _launch_script(_launch_spec(job=job, node=node), node.runtime)
     except runtimes.LaunchRefused as exc:
         return job_launch_failed(job_id=job_id, message=str(exc))
-    with node_ssh(node) as session:
-        # `docker run` may pull the image first: minutes, not the usual command timeout.
-        result = session.run(script, timeout=settings.GPULAB_LAUNCH_TIMEOUT_SECONDS)
+    # `docker run` may pull the image first: minutes, not the usual command timeout.
+    limit = settings.GPULAB_LAUNCH_TIMEOUT_SECONDS
+    try:
+        with node_ssh(node) as session:
+            began = time.monotonic()
+            # The worker waits one step timeout longer than the node's deadline, for the
+            # node to report the kill.
+            result = session.run(_launch_bounded(script, limit), timeout=limit + session.timeout)
+            ran = time.monotonic() - began
+    except CommandTimedOut as exc:
+        # Not even the node's own deadline was reported: the node (or the network to it)
+        # is in trouble, not the job. The task retries, and at last takes the node down.
+        logger.warning("Launch of job %s attempt %s got no answer: %s", job_id, attempt, exc)
+        raise
+    # The node's `timeout` starts after `began`: a kill it made is never read as sooner.
+    if result.exit_status == LAUNCH_KILLED_EXIT and ran >= limit:
+        return _launch_timed_out(job_id=job_id, attempt=attempt, node=node)
     if result.exit_status != 0:
         detail = (result.stderr or result.stdout).strip()[-400:]
         try:
@@ -235,8 +277,38 @@ def _unreleased(*, job_id: int, attempt: int) -> QuerySet[Allocation]:
     )
 
 
+def _launch_timed_out(*, job_id: int, attempt: int, node: Node) -> Job | None:
+    """The node's deadline killed a launch (GPULAB_LAUNCH_TIMEOUT_SECONDS): its job fails,
+    its node stays up.
+
+    The node answered and reported the kill, so neither the node nor the other jobs on it
+    are to blame, and the job is not retried (a failed launch never is). What the launch
+    may have started just before its end is stopped at once, then its GPUs released.
+    """
+    limit = settings.GPULAB_LAUNCH_TIMEOUT_SECONDS
+    message = (
+        f"Launch on {node.name} did not finish within {limit} s: pulling a large image may "
+        "take longer (an admin can raise GPULAB_LAUNCH_TIMEOUT_SECONDS)."
+    )
+    failed: Job | None = None
+    try:
+        failed = job_fail(
+            job_id=job_id,
+            message=message,
+            expected=frozenset({JobState.STARTING}),
+            attempt=attempt,
+            process_gone=False,  # released below, once stopped
+        )
+    except ApplicationError as exc:
+        # Cancelled or timed out meanwhile: its GPUs are held all the same.
+        logger.info("Job %s timed out launching but moved on meanwhile: %s", job_id, exc)
+    _attempt_end_unwanted(job_id=job_id, attempt=attempt)
+    return failed
+
+
 def _attempt_end_unwanted(*, job_id: int, attempt: int) -> None:
-    """Stop an attempt whose job moved on during its launch; then release its GPUs.
+    """Stop an attempt whose job moved on during its launch (or whose launch the node
+    killed at its deadline); then release its GPUs.
 
     No grace: the program has only just started and its job is over. Node trouble is
     logged, not raised: the GPUs then stay held, and the poll stops the attempt and
@@ -268,19 +340,47 @@ def agent_launch_gave_up(*, job_id: int, attempt: int, error: ApplicationError) 
     read a node's reason, so it says only what kind of trouble it was; the SSH error
     itself (addresses, users, key paths) goes to the log.
     """
-    if not Job.objects.filter(pk=job_id, attempt=attempt, state=JobState.STARTING).exists():
-        # A stale delivery: another one launched it (or the job moved on), so the node
-        # answered after all. Taking it down now would requeue healthy jobs.
-        logger.info("Launch of job %s attempt %s gave up after it moved on.", job_id, attempt)
-        return
+    _gave_up(job_id=job_id, attempt=attempt, error=error, state=JobState.STARTING, what="Launch")
+
+
+def _ssh_trouble_reason(error: ApplicationError) -> str:
+    """A node's reason for SSH trouble, for every user to read: the kind of trouble
+    only, never the error's text (addresses, users, key paths)."""
     if isinstance(error, HostKeyRefused):
-        reason = "Host key not approved for SSH; an admin must review it."
-    else:
-        reason = "Unreachable over SSH."
-    logger.warning("Launch of job %s attempt %s gave up: %s", job_id, attempt, error.message)
+        return "Host key not approved for SSH; an admin must review it."
+    if isinstance(error, CommandTimedOut):
+        return "A command over SSH did not finish in time."
+    return "Unreachable over SSH."
+
+
+def agent_stop_gave_up(*, job_id: int, attempt: int, error: ApplicationError) -> None:
+    """A preempted attempt could not be stopped over SSH (host key refused, or the node
+    unreachable through every retry): its node goes DOWN and its jobs are requeued.
+
+    Otherwise the job would stay PREEMPTING, holding its GPUs, for as long as the node's
+    agent keeps sending heartbeats (which keep the liveness sweep away), and the job that
+    preempted it would wait for ever; the overdue sweep would only re-send the same stop.
+    As in Slurm, a node where a job cannot be killed leaves the pool. Back after its next
+    heartbeat, once the return reconcile reaches it over SSH and stops what still runs.
+    """
+    _gave_up(job_id=job_id, attempt=attempt, error=error, state=JobState.PREEMPTING, what="Stop")
+
+
+def _gave_up(
+    *, job_id: int, attempt: int, error: ApplicationError, state: JobState, what: str
+) -> None:
+    """A launch or stop gave up over SSH: the node goes DOWN, its jobs requeued; or, if
+    the job is no longer in `state` at this attempt (another delivery got through, or the
+    job moved on), nothing: the node answered after all, and taking it down would requeue
+    healthy jobs."""
+    if not Job.objects.filter(pk=job_id, attempt=attempt, state=state).exists():
+        logger.info("%s of job %s attempt %s gave up after it moved on.", what, job_id, attempt)
+        return
+    reason = _ssh_trouble_reason(error)
+    logger.warning("%s of job %s attempt %s gave up: %s", what, job_id, attempt, error.message)
     node = node_of_attempt(job_id=job_id, attempt=attempt)
     if node is None:
-        _lose_and_requeue(job_id=job_id, attempt=attempt, message=f"Launch failed: {reason}")
+        _lose_and_requeue(job_id=job_id, attempt=attempt, message=f"{what} failed: {reason}")
         return
     # Back after its next heartbeat, once the return reconcile reaches it over SSH.
     _node_take_down(node=node, reason=reason, expected=[node.state])
@@ -361,7 +461,13 @@ def _stop_attempt(
 
 def agent_stop(*, job_id: int, attempt: int, grace_seconds: int) -> Job | None:
     """Stop a PREEMPTING attempt and requeue the job (or record its exit, if it had
-    already ended by itself before the signal: PREEMPTING → SUCCEEDED | FAILED)."""
+    already ended by itself before the signal: PREEMPTING → SUCCEEDED | FAILED).
+
+    An attempt the node still reports running after the SIGKILL (a process stuck in the
+    kernel), or whose state docker could not read, is requeued all the same (its job
+    must not hold up the one that preempted it), but its GPUs stay busy until the node
+    poll, which finds it stale, has stopped it (`_release_stopped`).
+    """
     node = node_of_attempt(job_id=job_id, attempt=attempt)
     if node is None:
         return None
@@ -376,6 +482,7 @@ def agent_stop(*, job_id: int, attempt: int, grace_seconds: int) -> Job | None:
         job_id=job_id,
         message=f"Stopped on {node.name} after preemption; requeued.",
         attempt=attempt,
+        process_gone=status.state not in {"running", "unreadable"},
     )
 
 
@@ -391,6 +498,9 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
     """
     node = Node.objects.get(pk=node_id)
     counts = {"finished": 0, "lost": 0, "stopped": 0}
+    # Before `expected` is read: an attempt ended after this moment may be in it, so kept
+    # running by `_stop_stale` below, and must not be released (`_release_stopped`).
+    read_at = timezone.now()
     expected = live_attempts_on_node(node_id=node_id)
     with node_ssh(node) as session:
         for live in expected:
@@ -432,16 +542,34 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
                     )  # fmt: skip
             except ApplicationError as exc:
                 logger.info("Poll left job %s alone: %s", live.job_id, exc)
-        listed_at = timezone.now()
-        counts["stopped"] = len(_stop_stale(session, keep=expected, grace_seconds=grace_seconds))
-    _release_stopped(node_id=node_id, ended_before=listed_at)
+        stale = _stop_stale(session, keep=expected, grace_seconds=grace_seconds)
+    counts["stopped"] = len(stale.stopped)
+    if stale.listed:
+        _release_stopped(
+            node_id=node_id, ended_before=read_at, kept=expected, still=stale.still_running
+        )
+    else:
+        # What runs there is unknown (docker did not answer): nothing is released.
+        logger.warning("Node %s could not list what runs on it; no GPU released.", node.name)
     return counts
 
 
-def _release_stopped(*, node_id: int, ended_before: datetime) -> None:
-    """Attempts that had ended here before `_stop_stale` listed what still runs are
-    stopped now (it stopped those it found): their devices may take new jobs. One
-    cancelled after the listing may still run, and waits for the next poll.
+def _release_stopped(
+    *,
+    node_id: int,
+    ended_before: datetime,
+    kept: list[LiveAttempt],
+    still: set[tuple[int, int]],
+) -> None:
+    """Attempts that had ended here before `kept` was read (the attempts `_stop_stale`
+    left running, read at `ended_before`) are stopped now: it stopped every other one it
+    found running. Their devices may take new jobs.
+
+    One ended after that read may have been read as live, so left running, and waits for
+    the next poll: a cancel or a walltime timeout landing during the poll's status checks.
+    So does every attempt in `kept`, whatever its timestamps say: one whose end was
+    committed only after the read was still live to it; and every attempt in `still`,
+    which the node listed as running after the stop (a process stuck in the kernel).
 
     Also left held: an attempt that never reached RUNNING, while its launch may still be
     under way (placed less than the launch task's time limit ago). Cancelled during the
@@ -457,32 +585,53 @@ def _release_stopped(*, node_id: int, ended_before: datetime) -> None:
     launch_may_run = Q(
         started_at__gt=now - timedelta(seconds=launch_time_limit_seconds())
     ) & ~Exists(reached_running)
-    Allocation.objects.filter(
+    releasable = Allocation.objects.filter(
         device__node_id=node_id,
         ended_at__lt=ended_before,
         released_at__isnull=True,
-    ).exclude(launch_may_run).update(released_at=now)
+    ).exclude(launch_may_run)
+    held = {(live.job_id, live.attempt) for live in kept} | still
+    for job_id, attempt in held:
+        releasable = releasable.exclude(job_id=job_id, attempt=attempt)
+    releasable.update(released_at=now)
 
 
-def _running_on_node(session: NodeSession) -> list[tuple[int, int]]:
+def _running_on_node(session: NodeSession) -> list[tuple[int, int]] | None:
+    """The attempts running on the node; None where it cannot say (docker not answering:
+    an empty list would read as "nothing runs", and free GPUs still in use)."""
     if session.node.runtime == Runtime.DOCKER:
         result = session.run(shlex.join(runtimes.docker_list_argv()))
-        names = result.stdout.split()
     else:
         result = session.run(runtimes.wrapped_list_script(settings.GPULAB_NODE_RUN_ROOT))
+    if result.exit_status != 0:
+        return None
+    if session.node.runtime == Runtime.DOCKER:
+        names = result.stdout.split()
+    else:
         names = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
     return [parsed for name in names if (parsed := runtimes.parse_attempt_name(name))]
 
 
-def _stop_stale(
-    session: NodeSession, *, keep: list[LiveAttempt], grace_seconds: int
-) -> list[tuple[int, int]]:
+@dataclass(frozen=True)
+class StaleStop:
+    """What `_stop_stale` did, and what the node listed as still running afterwards."""
+
+    stopped: list[tuple[int, int]]
+    listed: bool  # False: the node could not say what runs there
+    still_running: set[tuple[int, int]]
+
+
+def _stop_stale(session: NodeSession, *, keep: list[LiveAttempt], grace_seconds: int) -> StaleStop:
     """Stop every attempt running on the node that is not in `keep`, all at once: one
-    grace period for all of them, so n stale attempts fit the poll's time limit."""
+    grace period for all of them, so n stale attempts fit the poll's time limit. Then
+    list again: a stop does not always take (a process in uninterruptible sleep)."""
     wanted = {(live.job_id, live.attempt) for live in keep}
-    stale = [pair for pair in _running_on_node(session) if pair not in wanted]
+    running = _running_on_node(session)
+    if running is None:
+        return StaleStop([], listed=False, still_running=set())
+    stale = [pair for pair in running if pair not in wanted]
     if not stale:
-        return stale
+        return StaleStop([], listed=True, still_running=set())
     for job_id, attempt in stale:
         logger.warning(
             "Stopping stale attempt %s of job %s on %s.", attempt, job_id, session.node.name
@@ -498,12 +647,24 @@ def _stop_stale(
     else:
         run_dirs = [_run_dir(*pair) for pair in stale]
         session.run(runtimes.wrapped_stop_all_script(run_dirs, grace_seconds), timeout=timeout)
-    return stale
+    after = _running_on_node(session)
+    if after is None:
+        return StaleStop(stale, listed=False, still_running=set())
+    still = set(after) & set(stale)
+    for job_id, attempt in sorted(still):
+        logger.warning(
+            "Stale attempt %s of job %s on %s still runs after its stop; its GPUs stay busy.",
+            attempt, job_id, session.node.name,
+        )  # fmt: skip
+    return StaleStop(stale, listed=True, still_running=still)
 
 
 # At most this many attempts are removed per node and run: one command line stays short,
 # and a node that kept months of attempts before an upgrade is cleared over a few hours.
 PRUNE_BATCH = 500
+# The listing and the removal may each take this long: thousands of run directories to
+# list, up to PRUNE_BATCH containers with their layers to delete. Within the task's limit.
+PRUNE_COMMAND_SECONDS = 120
 
 
 def agent_node_prune(*, node_id: int, now: datetime | None = None) -> list[tuple[int, int]]:
@@ -520,26 +681,33 @@ def agent_node_prune(*, node_id: int, now: datetime | None = None) -> list[tuple
     docker = node.runtime == Runtime.DOCKER
     run_root = settings.GPULAB_NODE_RUN_ROOT
     with node_ssh(node) as session:
-        listed = session.run(runtimes.kept_attempts_script(run_root, docker=docker)).stdout
+        listing = runtimes.kept_attempts_script(run_root, docker=docker)
+        listed = session.run(listing, timeout=PRUNE_COMMAND_SECONDS).stdout
         kept = {parsed for name in listed.split() if (parsed := runtimes.parse_attempt_name(name))}
         removable = attempts_to_remove(node_id=node_id, kept=kept, ended_before=ended_before)
         removable = removable[:PRUNE_BATCH]
         if removable:
             names = [runtimes.attempt_name(*pair) for pair in removable]
-            session.run(runtimes.remove_attempts_script(run_root, names, docker=docker))
+            removal = runtimes.remove_attempts_script(run_root, names, docker=docker)
+            session.run(removal, timeout=PRUNE_COMMAND_SECONDS)
             logger.info("Removed %d finished attempts from %s.", len(removable), node.name)
     return removable
 
 
-def agent_logs_tail(*, job_id: int, stream: str = "stdout", max_bytes: int = 65536) -> str:
-    """The last `max_bytes` of the current attempt's stdout or stderr, read on the node."""
+def agent_logs_tail(
+    *, job_id: int, stream: str = "stdout", max_bytes: int = 65536, budget: SshBudget | None = None
+) -> str:
+    """The last `max_bytes` of the current attempt's stdout or stderr, read on the node.
+
+    `budget`: SSH connect attempts and step timeout (a web request's read passes a short
+    one; default: the settings')."""
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.attempt == 0:
         raise NotFound(f"Job {job_id} has not started, so it has no logs.")
     node = node_of_attempt(job_id=job_id, attempt=job.attempt)
     if node is None or node.simulated:
         return ""
-    with node_ssh(node) as session:
+    with node_ssh(node, budget=budget) as session:
         if node.runtime == Runtime.DOCKER:
             name = runtimes.attempt_name(job_id, job.attempt)
             script = runtimes.docker_logs_script(name, stream, max_lines=2000, max_bytes=max_bytes)
@@ -956,11 +1124,14 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
     """
     node = Node.objects.get(pk=node_id)
     with node_ssh(node) as session:
-        listed_at = timezone.now()
-        stale = _stop_stale(
-            session, keep=live_attempts_on_node(node_id=node_id), grace_seconds=grace_seconds
-        )
-    _release_stopped(node_id=node_id, ended_before=listed_at)
+        read_at = timezone.now()
+        keep = live_attempts_on_node(node_id=node_id)
+        stop = _stop_stale(session, keep=keep, grace_seconds=grace_seconds)
+    if not stop.listed:
+        # Back UP without knowing what still runs there could double-book its GPUs.
+        raise NodeUnreachable(f"Node {node.name} could not list what runs on it.")
+    _release_stopped(node_id=node_id, ended_before=read_at, kept=keep, still=stop.still_running)
+    stale = stop.stopped
     with transaction.atomic():
         node = Node.objects.select_for_update().filter(pk=node_id, state=NodeState.DOWN).first()
         if node is None:

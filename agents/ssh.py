@@ -36,6 +36,19 @@ class NodeUnreachable(ApplicationError):
     default_code = "node_unreachable"
 
 
+class CommandTimedOut(NodeUnreachable):
+    """A command ran past its deadline after its channel had opened.
+
+    The node answered and took the command; the command itself did not end in time (a
+    `docker run` still pulling a large image, a process stuck on a dead disk). A
+    NodeUnreachable for every caller that only retries or reports one (poll, stop, logs,
+    bootstrap, clean-up); the launch tells it apart, since a slow launch is that job's
+    failure and no reason to take the node and every job on it down.
+    """
+
+    default_code = "command_timed_out"
+
+
 class HostKeyRefused(ApplicationError):
     """The node's host key is not (or no longer) approved: never retried automatically."""
 
@@ -125,10 +138,25 @@ def _client_key() -> paramiko.PKey:
     raise SshMisconfigured(f"GPULAB_SSH_KEY_FILE={path!r} is not a readable private key.")
 
 
+@dataclass(frozen=True)
+class SshBudget:
+    """How long one `node_ssh` may take against a node that does not answer.
+
+    `timeout` bounds each step on its own (TCP connect, key exchange, login, opening a
+    channel, and each command that gives no timeout of its own), and a failed connect is
+    tried `connect_attempts` times, with a pause of 1, 2, … 5 s between tries.
+    """
+
+    connect_attempts: int
+    timeout: float
+
+
 @contextmanager
-def node_ssh(node: Node) -> Iterator[NodeSession]:
+def node_ssh(node: Node, *, budget: SshBudget | None = None) -> Iterator[NodeSession]:
     """An authenticated SSH session to `node`, retried a few times on network errors.
 
+    `budget`: connect attempts and step timeout; by default the settings'
+    (GPULAB_SSH_CONNECT_ATTEMPTS, GPULAB_SSH_TIMEOUT_SECONDS).
     Raises HostKeyRefused (unknown or changed host key: not retried), NodeUnreachable,
     or SshMisconfigured (gpulab's own key is missing or unreadable: not the node's fault).
     """
@@ -136,8 +164,13 @@ def node_ssh(node: Node) -> Iterator[NodeSession]:
     # must not pass for the network error the loop retries and blames on the node.
     pkey = _client_key()
     approved = list(NodeHostKey.objects.filter(node=node, approved_at__isnull=False))
-    attempts = settings.GPULAB_SSH_CONNECT_ATTEMPTS
-    timeout = settings.GPULAB_SSH_TIMEOUT_SECONDS
+    # Tasks (launch, stop, poll) pass none: they can afford the settings' retries.
+    budget = budget or SshBudget(
+        connect_attempts=settings.GPULAB_SSH_CONNECT_ATTEMPTS,
+        timeout=settings.GPULAB_SSH_TIMEOUT_SECONDS,
+    )
+    attempts = budget.connect_attempts
+    timeout = budget.timeout
     last_error: Exception | None = None
     for attempt in range(1, attempts + 1):
         client = paramiko.SSHClient()
@@ -235,12 +268,19 @@ class NodeSession:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"no end after {limit:g} s")
+                    # Not TimeoutError: the except below would pass it off as the network
+                    # failing, which a launch blames on the node.
+                    raise CommandTimedOut(
+                        f"Command on node {self.node.name} ran too long: no end after {limit:g} s."
+                    )
                 if drained:
                     # The channel's fileno turns readable on data on either stream or EOF.
                     select.select([channel], [], [], min(remaining, 1.0))
             if not channel.status_event.wait(max(deadline - time.monotonic(), 0.1)):
-                raise TimeoutError(f"no exit status after {limit:g} s")
+                raise CommandTimedOut(
+                    f"Command on node {self.node.name} ran too long: no exit status after "
+                    f"{limit:g} s."
+                )
             status = channel.recv_exit_status()
         except (TimeoutError, OSError, paramiko.SSHException) as exc:
             raise NodeUnreachable(f"Command on node {self.node.name} failed: {exc}") from exc

@@ -1,7 +1,8 @@
 """Celery tasks of the agents: thin, primitive arguments in, one service call each.
 
 They own only the retry policy: network trouble (NodeUnreachable) is retried with
-backoff; a refused host key is not (an admin must act), and the launch then gives up.
+backoff; a refused host key is not (an admin must act), and the launch or the stop then
+gives up, taking the node down.
 gpulab's own SSH setup failing (SshMisconfigured: no key, or an unreadable one) is no
 node's fault: it is logged as an error and nothing is charged to the node or its jobs;
 the launches and stops are asked for again by `agent_poll_all_task` once it is fixed.
@@ -14,10 +15,10 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
 from cluster.services import node_drain_settle
+from config.fail_open_cache import cache_add, cache_delete
 from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
 
@@ -30,13 +31,14 @@ from .services import (
     agent_node_poll,
     agent_node_prune,
     agent_stop,
+    agent_stop_gave_up,
     launch_time_limit_seconds,
     node_liveness_sweep,
     node_return_reconcile,
     undelivered_launches_request,
 )
 from .simulated import simulated_heartbeats
-from .ssh import HostKeyRefused, NodeUnreachable, SshMisconfigured
+from .ssh import CommandTimedOut, HostKeyRefused, NodeUnreachable, SshMisconfigured
 
 logger = logging.getLogger(__name__)
 
@@ -79,45 +81,50 @@ def agent_stop_task(self, job_id: int, attempt: int, grace_seconds: int) -> None
     try:
         agent_stop(job_id=job_id, attempt=attempt, grace_seconds=grace_seconds)
     except SshMisconfigured as exc:
+        # The job stays PREEMPTING; the overdue sweep asks for its stop again.
         _misconfigured(exc, f"the stop of job {job_id} attempt {attempt}")
     except NodeUnreachable as exc:
-        # A node that stays unreachable goes DOWN through the liveness sweep, which
-        # requeues the job; retrying here covers a blip.
-        raise self.retry(countdown=5 * 2**self.request.retries) from exc
+        # Retrying covers a blip. A node whose agent still sends heartbeats is never
+        # taken down by the liveness sweep, so giving up must take it down here, or the
+        # job would hold its GPUs as PREEMPTING for ever.
+        if self.request.retries < SSH_RETRIES:
+            raise self.retry(countdown=5 * 2**self.request.retries) from exc
+        agent_stop_gave_up(job_id=job_id, attempt=attempt, error=exc)
+    except HostKeyRefused as exc:
+        agent_stop_gave_up(job_id=job_id, attempt=attempt, error=exc)
 
 
+def node_poll_time_limit(grace_seconds: int) -> int:
+    """How long one node poll may run: one grace period (stale attempts are stopped
+    together) plus the SSH margin for connecting, the status checks and the listing."""
+    return grace_seconds + SSH_MARGIN_SECONDS
+
+
+# The decorator's limit is for a poll sent without its own (one queued before an upgrade);
+# `agent_poll_all_task` gives each poll `node_poll_time_limit` of the grace it passes.
 @shared_task(name="agents.node_poll", time_limit=STOPPING_TIME_LIMIT)
-def agent_node_poll_task(node_id: int) -> dict[str, int] | None:
+def agent_node_poll_task(node_id: int, grace_seconds: int | None = None) -> dict[str, int] | None:
     # One poll of a node at a time: a poll stopping a stale attempt waits a grace period,
     # and the polls queued every 10 s meanwhile would each stop it again, filling the SSH
     # worker's slots. A poll finding another under way leaves the node to it.
+    #
+    # The guard lasts as long as this poll may run (its grace, not the longest an admin
+    # could set): a worker killed mid-poll (OOM, restart) leaves it behind, and nobody
+    # polls the node until it expires. `agent_poll_all_task` sends each poll with that
+    # same time limit, so no poll outlives its guard.
+    grace = (
+        scheduler_config_get().preemption_grace_seconds if grace_seconds is None else grace_seconds
+    )
     key = f"agents:node-poll:{node_id}"
-    if not _cache_add(key, timeout=STOPPING_TIME_LIMIT):
+    if not cache_add(key, timeout=node_poll_time_limit(grace)):
         return None
-    grace = scheduler_config_get().preemption_grace_seconds
     try:
         return agent_node_poll(node_id=node_id, grace_seconds=grace)
     except SshMisconfigured as exc:
         _misconfigured(exc, f"the poll of node {node_id}")
         return None
     finally:
-        _cache_delete(key)
-
-
-def _cache_add(key: str, *, timeout: float) -> bool:
-    """`cache.add`, failing open: without the cache the guard is skipped, not the work."""
-    try:
-        return bool(cache.add(key, 1, timeout=int(timeout)))
-    except Exception:
-        logger.warning("Guard %s skipped: the cache is unreachable.", key, exc_info=True)
-        return True
-
-
-def _cache_delete(key: str) -> None:
-    try:
-        cache.delete(key)
-    except Exception:
-        logger.warning("Guard %s not cleared: the cache is unreachable.", key, exc_info=True)
+        cache_delete(key)
 
 
 def _resend_due(kind: str, job_id: int, attempt: int, every: timedelta) -> bool:
@@ -125,7 +132,7 @@ def _resend_due(kind: str, job_id: int, attempt: int, every: timedelta) -> bool:
     `every`. Nothing in the database moves when a task is re-sent, so an overdue attempt
     stayed overdue and got a copy on every 10 s poll, racing the re-sent launch's image
     pull on the node."""
-    return _cache_add(f"agents:resent:{kind}:{job_id}:{attempt}", timeout=every.total_seconds())
+    return cache_add(f"agents:resent:{kind}:{job_id}:{attempt}", timeout=every.total_seconds())
 
 
 # The poll is asked for every POLL_INTERVAL_SECONDS (config/celery_app.py). One that no
@@ -141,11 +148,15 @@ def agent_poll_all_task() -> int:
     for launches a round could not send, and for launches and stops whose task was lost
     (both are idempotent)."""
     node_ids = nodes_to_poll()
-    for node_id in node_ids:
-        agent_node_poll_task.apply_async(
-            kwargs={"node_id": node_id}, expires=NODE_POLL_EXPIRES_SECONDS
-        )
     grace = scheduler_config_get().preemption_grace_seconds
+    for node_id in node_ids:
+        # The grace travels with the poll, and bounds it: a poll's guard lasts exactly
+        # as long as the worker lets it run.
+        agent_node_poll_task.apply_async(
+            kwargs={"node_id": node_id, "grace_seconds": grace},
+            expires=NODE_POLL_EXPIRES_SECONDS,
+            time_limit=node_poll_time_limit(grace),
+        )
     launch_after = timedelta(seconds=2 * settings.GPULAB_LAUNCH_TIMEOUT_SECONDS)
     stop_after = timedelta(seconds=grace + 2 * settings.GPULAB_SSH_TIMEOUT_SECONDS + 60)
     for job_id, attempt in undelivered_launches_request():
@@ -167,6 +178,9 @@ def agent_node_prune_task(node_id: int) -> int:
         return len(agent_node_prune(node_id=node_id))
     except SshMisconfigured as exc:
         _misconfigured(exc, f"the clean-up of node {node_id}")
+    except CommandTimedOut as exc:
+        # Every hour the same: the node's disk fills meanwhile. Someone should look.
+        logger.warning("Clean-up of node %s did not finish: %s", node_id, exc)
     except (NodeUnreachable, HostKeyRefused) as exc:
         # Nothing is lost by waiting: the next hourly run removes them.
         logger.info("Clean-up of node %s skipped: %s", node_id, exc)

@@ -652,6 +652,7 @@ def seed(*, now: datetime, finished: int, pending: int, progress: Progress) -> S
                     target_name=groups[i % GROUPS].name
                     if i % 2
                     else students[i % STUDENTS].username,
+                    target_id=groups[i % GROUPS].pk if i % 2 else students[i % STUDENTS].pk,
                     field="weight" if i % 3 else "max_gpus",
                     old_value=str(1 + i % 3),
                     new_value=str(2 + i % 3),

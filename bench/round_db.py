@@ -120,6 +120,11 @@ def populate(*, pending: int, fill_running: bool) -> None:
         LabGroup(name=f"g{i}", weight=1 + i % 3) for i in range(5)
     )
     users = User.objects.bulk_create(User(username=f"u{i:03d}", weight=1.0) for i in range(50))
+    # User k's jobs are charged to group k % 5, so k is its member (a job of a user who
+    # is not is held as InvalidAccount, and the round would start nothing).
+    LabGroup.members.through.objects.bulk_create(
+        LabGroup.members.through(labgroup=groups[k % 5], user=user) for k, user in enumerate(users)
+    )
     now = timezone.now()
     sizes = [1, 1, 1, 2, 2, 4, 8]
     jobs = Job.objects.bulk_create(

@@ -16,7 +16,9 @@ from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
 from .errors import ApplicationError, ValidationFailed
@@ -29,6 +31,13 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, ApplicationError):
         body = {"detail": exc.message, "code": exc.default_code, **exc.extra}
         return Response(body, status=exc.status_code)
+    if isinstance(exc, Http404) and (formats := _formats_if_unknown(context)) is not None:
+        # DRF answers an unknown `?format=` with a bare 404 before the view runs. In JSON,
+        # as every API error: the view's first renderer may be another (the schema's YAML).
+        request = context["request"]
+        request.accepted_renderer, request.accepted_media_type = JSONRenderer(), "application/json"
+        message = f"Unknown format; choose {' or '.join(formats)}."
+        return Response({"format": [message]}, status=400)
     if isinstance(exc, Http404):
         # Django's own message can name a model or a query: not for clients.
         exc = drf_exceptions.NotFound()
@@ -44,6 +53,21 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             detail = exc.detail
             body["code"] = getattr(detail, "code", None) or exc.default_code
     return response
+
+
+def _formats_if_unknown(context: dict[str, Any]) -> list[str] | None:
+    """The view's formats when the request asked for another with `?format=`, else None.
+
+    DRF's content negotiation raises Http404 when no renderer has the format asked for;
+    it runs before the view, so `query_params_check` never sees the parameter. Each view's
+    own renderers decide (the schema also speaks yaml).
+    """
+    view, request = context.get("view"), context.get("request")
+    if view is None or request is None:
+        return None
+    wanted = request.GET.get(api_settings.URL_FORMAT_OVERRIDE)
+    formats = sorted({renderer.format for renderer in view.get_renderers()})
+    return formats if wanted and wanted not in formats else None
 
 
 class ErrorOutput(serializers.Serializer):
@@ -66,23 +90,49 @@ FIELD_ERRORS = OpenApiResponse(
 
 # An operation that reads a JSON body also answers 400 before any field is looked at: a
 # body that is not JSON, or nests too deep (`config.text_guards`), is `parse_error`. The
-# two shapes cannot both match (a field's value is a list, `detail` here a string).
+# two shapes cannot both match (a field's value is a list or an object, `detail` here a
+# string).
+_PARSE_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
+    "required": ["detail", "code"],
+    "example": {"detail": "JSON nested too deeply.", "code": "parse_error"},
+}
 BAD_BODY = OpenApiResponse(
-    response={
-        "oneOf": [
-            _FIELD_ERRORS_SCHEMA,
-            {
-                "type": "object",
-                "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
-                "required": ["detail", "code"],
-                "example": {"detail": "JSON nested too deeply.", "code": "parse_error"},
-            },
-        ]
-    },
+    response={"oneOf": [_FIELD_ERRORS_SCHEMA, _PARSE_ERROR_SCHEMA]},
     description=(
         "Input rejected: each bad field or query parameter with its messages, or, for a "
         'body that is not JSON or nests too deeply, `{"detail", "code": "parse_error"}`.'
     ),
+)
+# A body of nested objects and lists (the heartbeat's gpus[i].processes[j]) has its errors
+# nested the same way, a list's items keyed by their index: {"gpus": {"0": {...}}}.
+BAD_NESTED_BODY = OpenApiResponse(
+    response={
+        "oneOf": [
+            {
+                "type": "object",
+                "additionalProperties": {
+                    "oneOf": [
+                        {"type": "array", "items": {"type": "string"}},
+                        {"type": "object", "description": "The same shape, one level down."},
+                    ]
+                },
+                "example": {"gpus": {"0": {"power_w": ["Ensure this value is at most 5000."]}}},
+            },
+            _PARSE_ERROR_SCHEMA,
+        ]
+    },
+    description=(
+        "Input rejected: each bad field or query parameter with its messages, nested as the "
+        "body is (a list's items by their index), or, for a body that is not JSON or nests "
+        'too deeply, `{"detail", "code": "parse_error"}`.'
+    ),
+)
+# A body sent as anything but `Content-Type: application/json` (a form post included).
+NOT_JSON = OpenApiResponse(
+    response=ErrorOutput,
+    description="The body is not JSON (`unsupported_media_type`).",
 )
 
 

@@ -15,7 +15,8 @@ from rest_framework.request import Request
 
 from .errors import ValidationFailed
 
-# DRF's own: `?format=json` (or `api`) picks the renderer before any view code runs.
+# DRF's own: `?format=json` (or `api`) picks the renderer before any view code runs; any
+# other value is refused there, as a 400 naming `format` (`config.api_errors`).
 ALWAYS_ALLOWED = frozenset({"format"})
 PAGE_MESSAGE = "A page number, 1 or more."
 

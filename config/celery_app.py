@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
@@ -58,7 +59,10 @@ def task_route(
 # (a backlog of stale rounds is useless: the next one reads fresh state anyway).
 # The round's own interval is a live setting (SchedulerConfig.round_interval_seconds,
 # default 10 s): beat ticks every second and the task runs a round only once it is due.
-DAY_SECONDS = 24 * 3600.0
+# Hourly and daily work runs at fixed times of the clock (crontab, in CELERY_TIMEZONE =
+# TIME_ZONE), not at intervals: beat keeps when it last ran a task in a file the container
+# loses on every redeploy, and an interval counts from beat's start, so a lab deploying
+# more often than that interval would never run the task.
 app.conf.beat_schedule = {
     "scheduling-round": {
         "task": "scheduler.round",
@@ -109,23 +113,24 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
-    # Real nodes, hourly: remove finished attempts' containers and run directories once
-    # they are GPULAB_FINISHED_ATTEMPT_KEEP_DAYS old (7 by default).
+    # Real nodes, hourly (at :30): remove finished attempts' containers and run
+    # directories once they are GPULAB_FINISHED_ATTEMPT_KEEP_DAYS old (7 by default).
     "finished-attempts-prune": {
         "task": "agents.prune_all",
-        "schedule": 3600.0,
+        "schedule": crontab(minute=30),
         "options": {"expires": 600.0},
     },
-    # Housekeeping, daily: expired login sessions (Django's `clearsessions`), and round
-    # records older than GPULAB_ROUND_HISTORY_DAYS (30 by default).
+    # Housekeeping, daily at 03:00 and 03:15 lab time: expired login sessions (Django's
+    # `clearsessions`), and round records older than GPULAB_ROUND_HISTORY_DAYS (30 by
+    # default).
     "sessions-clear": {
         "task": "housekeeping.sessions_clear",
-        "schedule": DAY_SECONDS,
+        "schedule": crontab(hour=3, minute=0),
         "options": {"expires": 3600.0},
     },
     "scheduling-rounds-prune": {
         "task": "scheduler.rounds_prune",
-        "schedule": DAY_SECONDS,
+        "schedule": crontab(hour=3, minute=15),
         "options": {"expires": 3600.0},
     },
 }

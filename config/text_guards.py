@@ -151,6 +151,10 @@ def _html_refusal(request: HttpRequest, field: str, problem: str) -> HttpRespons
 
 
 def _is_form(request: HttpRequest) -> bool:
+    # The API reads JSON only (its parser guards the text itself) and answers a form body
+    # with 415; reading request.POST here would consume a multipart body before DRF sees it.
+    if request.path.startswith(API_PREFIX):
+        return False
     content_type = request.content_type or ""
     return request.method == "POST" and content_type in (
         "application/x-www-form-urlencoded",

@@ -5,7 +5,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from accounts.forms import LoginForm
-from accounts.views import login_lockout_status
+from accounts.views import admin_password_change_page, login_lockout_status
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
@@ -20,6 +20,12 @@ urlpatterns = [
     path("", include("dashboard.urls")),
     # Before admin.site.urls, to answer a locked-out attempt with 429 (accounts.lockout).
     path("admin/login/", login_lockout_status(admin.site.login)),
+    # The same for the old password of the admin's password change; admin_view keeps its
+    # staff-only check.
+    path(
+        "admin/password_change/",
+        login_lockout_status(admin.site.admin_view(admin_password_change_page)),
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/agents/", include("agents.api.urls")),

@@ -123,7 +123,9 @@ def jobs_visible_by_id(*, user: User, job_ids: Iterable[int]) -> dict[int, Job]:
 
 
 # "job 12", "job #12", "Job 12": how the scheduler's reasons and events name other jobs.
-_JOB_MENTION = re.compile(r"\bjob #?(\d+)\b", re.IGNORECASE)
+# At most 18 digits (leading zeros aside), which every id fits: texts quote what nodes and
+# users wrote, and int() refuses a number of over 4,300 digits (a 500 on the job's page).
+_JOB_MENTION = re.compile(r"\bjob #?0*(\d{1,18})\b", re.IGNORECASE)
 
 
 def texts_for_viewer(texts: Sequence[str], *, user: User) -> list[str]:

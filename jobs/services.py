@@ -81,7 +81,10 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
     check("env", validation.env_errors(spec.env))
     # At least one GPU: a job launches on the node of its devices, so a job without any
     # would be started with nowhere to run and sit in STARTING for ever.
-    check("num_gpus", validation.integer_errors(spec.num_gpus, minimum=1, maximum=4096))
+    check(
+        "num_gpus",
+        validation.integer_errors(spec.num_gpus, minimum=1, maximum=validation.MAX_GPUS_PER_JOB),
+    )
     check(
         "max_retries",
         validation.integer_errors(spec.max_retries, minimum=0, maximum=validation.MAX_RETRIES),
@@ -96,8 +99,8 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
     if spec.consolidation not in Consolidation.values:
         check("consolidation", [f"Choose one of: {', '.join(Consolidation.values)}."])
     name = spec.name if spec.name not in (None, "") else None
-    if name is not None and (not isinstance(name, str) or len(name) > 128):
-        check("name", ["At most 128 characters of text."])
+    if name is not None and (not isinstance(name, str) or len(name) > validation.MAX_NAME_LENGTH):
+        check("name", [f"At most {validation.MAX_NAME_LENGTH} characters of text."])
     check(
         "accepted_types",
         validation.accepted_types_errors(
@@ -214,10 +217,25 @@ def _check_pending_quota(*, owner: User, group: LabGroup | None) -> None:
 
 
 def _default_name(command: Sequence[str]) -> str:
-    return shlex.join(command)[:128]
+    return shlex.join(command)[: validation.MAX_NAME_LENGTH]
 
 
 # --------------------------------------------------------------------------- transitions
+
+REASON_MAX_LENGTH = Job._meta.get_field("reason").max_length
+
+
+def job_reason_fit(reason: str) -> str:
+    """`reason` cut to fit `Job.reason`, its end marked "…".
+
+    Reasons quote what failed (a refused launch, a node's stderr), which may be longer
+    than the column: PostgreSQL would refuse the whole transition, and a launch that could
+    not record its failure left the job STARTING on its GPUs for ever. The event keeps the
+    whole text.
+    """
+    if len(reason) <= REASON_MAX_LENGTH:
+        return reason
+    return f"{reason[: REASON_MAX_LENGTH - 1]}…"
 
 
 def job_transition(
@@ -273,6 +291,8 @@ def job_transition(
                 f"Job {job_id} is {from_state.label}; it cannot become {to_state.label}."
             )
         now = timezone.now()
+        if "reason" in updates:
+            updates["reason"] = job_reason_fit(updates["reason"])
         if to_state in TERMINAL_STATES:
             updates.setdefault("finished_at", now)
         if from_state == JobState.PENDING and to_state != JobState.PENDING:
@@ -579,10 +599,14 @@ def job_preempt(*, job_id: int, reason: str, by_job_id: int | None = None) -> Jo
     )
 
 
-def job_requeue(*, job_id: int, message: str, attempt: int | None = None) -> Job:
+def job_requeue(
+    *, job_id: int, message: str, attempt: int | None = None, process_gone: bool = True
+) -> Job:
     """PREEMPTING or LOST → PENDING, back in the queue with its attained service kept.
 
-    A job that has used up its walltime meanwhile becomes FAILED instead.
+    A job that has used up its walltime meanwhile becomes FAILED instead. `process_gone`
+    false (a stop that left the process running, or could not tell): its devices stay
+    busy until the node poll has stopped it (see `job_transition`).
     """
     row = (
         Job.objects.filter(pk=job_id)
@@ -596,7 +620,11 @@ def job_requeue(*, job_id: int, message: str, attempt: int | None = None) -> Job
     if timed_out is not None:
         # Requeued, it would only be started to be timed out by the next round.
         failed = job_fail(
-            job_id=job_id, message=timed_out, expected=frozenset({current}), attempt=attempt
+            job_id=job_id,
+            message=timed_out,
+            expected=frozenset({current}),
+            attempt=attempt,
+            process_gone=process_gone,
         )
         round_request_on_commit()  # a PREEMPTING job's devices are free now
         return failed
@@ -611,6 +639,7 @@ def job_requeue(*, job_id: int, message: str, attempt: int | None = None) -> Job
         # Pinned to the state read above, so the preemption count matches the source.
         expected=frozenset({current}),
         at_attempt=attempt,
+        process_gone=process_gone,
         reason=message,
         started_at=None,
         **extra,

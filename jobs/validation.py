@@ -28,6 +28,10 @@ RESERVED_ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"
 RESERVED_ENV_PREFIX = "GPULAB_"
 
 MAX_IMAGE_LENGTH = 255
+MAX_NAME_LENGTH = 128  # Job.name's column
+# A sanity bound before the cluster's own (no job is ever given more than one device
+# type's GPUs), so an absurd count is refused before any query.
+MAX_GPUS_PER_JOB = 4096
 MAX_ARG_LENGTH = 8192
 MAX_ARGS = 1024
 MAX_ENV_VARS = 256
@@ -73,6 +77,14 @@ def command_errors(command: Any) -> list[str]:
             errors.append(f"Argument {position} is longer than {MAX_ARG_LENGTH} characters.")
     if not errors and not command[0].strip():
         errors.append("The program (argument 0) is empty.")
+    # The `process` runtime starts the program through `env`, which reads a first word
+    # with '=' as one more variable (`agents.runtimes.process_argv`). Refused here, where
+    # the runtime is not known yet, rather than failing a job that waited its turn.
+    if not errors and "=" in command[0]:
+        errors.append(
+            "The program (argument 0) may not contain '=': a node would take it for an "
+            "environment variable. Set variables in `env` instead."
+        )
     if not errors and (size := launch_bytes(command)) > MAX_COMMAND_LAUNCH_BYTES:
         errors.append(
             f"The command is too long to launch: {size} bytes once quoted for the node's "

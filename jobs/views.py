@@ -199,6 +199,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     live = selectors.jobs_live_service(job_ids=[job.pk], now=now).get(job.pk, 0.0)
     # A job that ended before it ever ran has no use to chart.
     show_gpu_use = job.first_started_at is not None or not terminal
+    gpu_use = selectors.job_gpu_use(job=job) if show_gpu_use else []
     return render(
         request,
         "jobs/detail.html",
@@ -223,7 +224,9 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             / 60.0,
             "measured_speeds": sorted(job_measured_rates(job_id=job.pk, now=now).items()),
             "show_gpu_use": show_gpu_use,
-            "gpu_figure": _gpu_use_figure(selectors.job_gpu_use(job=job)) if show_gpu_use else "",
+            "gpu_figure": _gpu_use_figure(gpu_use) if show_gpu_use else "",
+            # The chart's numbers in words, for screen readers and pages without JavaScript.
+            "gpu_use_summary": [_gpu_use_summary(device) for device in gpu_use],
             "charts": show_gpu_use,
             # A finished job does not change any more: no refresh, no polling of its log.
             "refresh_seconds": None if terminal else DETAIL_REFRESH_SECONDS,
@@ -236,6 +239,28 @@ def _minutes_and_seconds(seconds: int) -> str:
     the API in seconds (rounding it would show a limit the job does not have)."""
     minutes, rest = divmod(int(seconds), 60)
     return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+
+
+@dataclass(frozen=True)
+class GpuUseSummary:
+    """One device's line of the GPU-use chart, as a table row."""
+
+    label: str
+    mean_utilization_pct: float | None  # None: the device reported no utilization
+    peak_memory_gib: float
+    first_at: datetime
+    last_at: datetime
+
+
+def _gpu_use_summary(device: selectors.DeviceGpuUse) -> GpuUseSummary:
+    utilizations = [p.utilization_pct for p in device.points if p.utilization_pct is not None]
+    return GpuUseSummary(
+        label=device.label,
+        mean_utilization_pct=sum(utilizations) / len(utilizations) if utilizations else None,
+        peak_memory_gib=max(p.memory_used_mb for p in device.points) / 1024,
+        first_at=device.points[0].at,
+        last_at=device.points[-1].at,
+    )
 
 
 def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
@@ -317,14 +342,16 @@ def job_logs_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
     if stream not in LOG_STREAMS:
         stream = "stdout"
     fragment = request.headers.get(SCRIPT_HEADER) == "1"
+    log = job_log_tail(job=job, stream=stream, max_lines=LOG_TAIL_LINES)
     return render(
         request,
         "jobs/_logs.html" if fragment else "jobs/logs.html",
         {
             "job": job,
-            "log": job_log_tail(job=job, stream=stream, max_lines=LOG_TAIL_LINES),
+            "log": log,
             "streams": LOG_STREAMS,
-            "final": job.state in TERMINAL_STATES,
+            # A log that could not be read now is worth another try, ended job or not.
+            "final": job.state in TERMINAL_STATES and not log.unavailable,
             "read_at": timezone.now(),
         },
     )

@@ -6,6 +6,7 @@ the benchmark and the tests all call it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import traceback
@@ -16,12 +17,13 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.models import LabGroup, User
 from cluster.choices import NodeState
 from cluster.models import Device, Node
 from config.errors import ApplicationError
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
-from jobs.services import job_preempt, job_start, jobs_time_out
+from jobs.services import job_preempt, job_reason_fit, job_start, jobs_time_out
 from scheduler.core.types import Decisions, Hold, Preempt, QueueChange, SchedulerSettings, Start
 from scheduler.policies import decide
 
@@ -49,31 +51,51 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
        the snapshot as of now.
     3. `decide(snapshot)`: the configured pure policy, invariant-checked.
     4. Apply every decision in one transaction; one that no longer holds is dropped.
-    5. After commit, ask the agents to start and stop work (never for uncommitted rows).
+    5. Once the lock is released, and on commit, ask the agents to start and stop work
+       (never for uncommitted rows).
 
     A round that raises is recorded as FAILED with its traceback, and the error re-raised.
     """
     started_at = timezone.now()
     clock = time.perf_counter()
-    with round_lock() as acquired:
-        if not acquired:
-            logger.info("Scheduling round skipped: another round holds the lock.")
-            return SchedulingRound.objects.create(
-                started_at=started_at, trigger=trigger, outcome=RoundOutcome.LOCKED
+    committed: list[tuple[ApplyResult, int]] = []  # decisions whose apply block ended well
+    try:
+        with round_lock() as acquired:
+            if not acquired:
+                logger.info("Scheduling round skipped: another round holds the lock.")
+                return SchedulingRound.objects.create(
+                    started_at=started_at, trigger=trigger, outcome=RoundOutcome.LOCKED
+                )
+            try:
+                return _round_run_locked(
+                    trigger=trigger, started_at=started_at, clock=clock, committed=committed
+                )
+            except Exception:
+                # Recorded (the timer then waits an interval before the next try: see
+                # `round_is_due`) and re-raised, so the task fails visibly too.
+                _round_failure_record(trigger=trigger, started_at=started_at, clock=clock)
+                raise
+    finally:
+        # Outside the lock: sending a task waits on the broker, and a broker that hangs
+        # must not hold up every later round. On commit: at once when the round is its
+        # own transaction, at the caller's commit inside one, never after a rollback. A
+        # round that failed after its decisions committed still sends them.
+        for result, grace in committed:
+            # robust: should dispatch still raise, the committed round is recorded anyway.
+            transaction.on_commit(
+                functools.partial(_dispatch_to_agents, result, grace), robust=True
             )
-        try:
-            return _round_run_locked(trigger=trigger, started_at=started_at, clock=clock)
-        except Exception:
-            # Recorded (the timer then waits an interval before the next try: see
-            # `round_is_due`) and re-raised, so the task fails visibly too.
-            _round_failure_record(trigger=trigger, started_at=started_at, clock=clock)
-            raise
 
 
 def _round_run_locked(
-    *, trigger: RoundTrigger, started_at: datetime, clock: float
+    *,
+    trigger: RoundTrigger,
+    started_at: datetime,
+    clock: float,
+    committed: list[tuple[ApplyResult, int]],
 ) -> SchedulingRound:
-    """Steps 2-5 of `scheduling_round_run`, under the round lock."""
+    """Steps 2-4 of `scheduling_round_run`, under the round lock; the decisions it
+    committed, with the grace for their stops, go into `committed` for step 5."""
     config = scheduler_config_get()
     settings = scheduler_settings_from(config)
     # Under the lock and before the snapshot, so this round already reuses their devices.
@@ -86,15 +108,13 @@ def _round_run_locked(
     decided = time.perf_counter()
     with transaction.atomic():
         result = decisions_apply(decisions=decisions, context=context, now=started_at)
-        grace = config.preemption_grace_seconds
-        # robust: should dispatch still raise, the committed round is recorded anyway.
-        transaction.on_commit(lambda: _dispatch_to_agents(result, grace), robust=True)
-    applied = time.perf_counter()
+    committed.append((result, config.preemption_grace_seconds))
+    applied_clock = time.perf_counter()
     pending = sum(1 for job in snapshot.jobs if not job.is_running)
     held_devices = {d for job in snapshot.jobs for d in job.devices} | snapshot.busy_device_ids
     return SchedulingRound.objects.create(
         started_at=started_at,
-        duration_ms=(applied - clock) * 1000,
+        duration_ms=(applied_clock - clock) * 1000,
         trigger=trigger,
         outcome=RoundOutcome.APPLIED,
         policy=settings.policy,
@@ -110,7 +130,7 @@ def _round_run_locked(
         timings_ms={
             "snapshot": round((built - clock) * 1000, 2),
             "decide": round((decided - built) * 1000, 2),
-            "apply": round((applied - decided) * 1000, 2),
+            "apply": round((applied_clock - decided) * 1000, 2),
         },
     )
 
@@ -173,6 +193,7 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
     unschedulable = _devices_refusing_starts(
         {d for start in decisions.starts for d in start.device_ids}
     )
+    owner_refused = _owners_refusing_starts({start.job_id for start in decisions.starts})
     waiting_reasons: dict[int, str] = {}
     for start in decisions.starts:
         blocker = next((preempting[d] for d in start.device_ids if d in preempting), None)
@@ -186,7 +207,7 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
                 "WaitingForResources: a stopped job's process is still leaving its GPUs"
             )
             continue
-        _apply_start(start, unschedulable, result)
+        _apply_start(start, unschedulable, owner_refused, result)
     _apply_holds(decisions.holds, waiting_reasons, context)
     return result
 
@@ -234,6 +255,52 @@ def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
     return device_ids - usable
 
 
+def _owners_refusing_starts(job_ids: set[int]) -> dict[int, str]:
+    """Of `job_ids`, those whose owner may start nothing now, with why: their account
+    was disabled, or they left the job's group, after the snapshot was read.
+
+    The snapshot holds such jobs (`scheduler.snapshot`); this closes the window between
+    it and the apply. On PostgreSQL the owners' rows, then their memberships of the jobs'
+    groups, are locked FOR SHARE until the round commits, after the nodes and devices
+    (`_devices_refusing_starts`); an admin's edit of a user's groups locks the same rows
+    in the same order, and an edit of a group's members takes no user lock. A disable or
+    a removal committed earlier is read here; one that comes later waits for the round,
+    and the jobs it started then run on, as running jobs do when an owner is disabled.
+    SQLite (the demo) has one writer at a time, so a plain read is as good.
+    """
+    if not job_ids:
+        return {}
+    jobs = list(Job.objects.filter(pk__in=job_ids).values_list("id", "owner_id", "group_id"))
+    owner_ids = sorted({owner_id for _, owner_id, _ in jobs})
+    group_ids = sorted({group_id for _, _, group_id in jobs if group_id is not None})
+    membership = LabGroup.members.through
+    if connection.vendor == "postgresql":
+        user_table, member_table = User._meta.db_table, membership._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, is_active FROM {user_table} WHERE id = ANY(%s) ORDER BY id FOR SHARE",
+                [owner_ids],
+            )
+            active = dict(cursor.fetchall())
+            cursor.execute(
+                f"SELECT labgroup_id, user_id FROM {member_table} "
+                "WHERE labgroup_id = ANY(%s) AND user_id = ANY(%s) ORDER BY id FOR SHARE",
+                [group_ids, owner_ids],
+            )
+            members = set(cursor.fetchall())
+    else:
+        active = dict(User.objects.filter(pk__in=owner_ids).values_list("id", "is_active"))
+        rows = membership.objects.filter(labgroup_id__in=group_ids, user_id__in=owner_ids)
+        members = set(rows.values_list("labgroup_id", "user_id"))
+    refused: dict[int, str] = {}
+    for job_id, owner_id, group_id in jobs:
+        if not active.get(owner_id, False):
+            refused[job_id] = "its owner's account was disabled"
+        elif group_id is not None and (group_id, owner_id) not in members:
+            refused[job_id] = "its owner left the job's group"
+    return refused
+
+
 def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyResult) -> None:
     try:
         with transaction.atomic():
@@ -246,9 +313,14 @@ def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyR
     result.preempted.append((job.pk, job.attempt))
 
 
-def _apply_start(start: Start, unschedulable: set[int], result: ApplyResult) -> None:
+def _apply_start(
+    start: Start, unschedulable: set[int], owner_refused: dict[int, str], result: ApplyResult
+) -> None:
     if unschedulable.intersection(start.device_ids):
         _drop(result, "start", start.job_id, "a device was retired or its node stopped taking work")
+        return
+    if start.job_id in owner_refused:
+        _drop(result, "start", start.job_id, owner_refused[start.job_id])
         return
     try:
         job = job_start(job_id=start.job_id, device_ids=start.device_ids)
@@ -286,14 +358,15 @@ def _apply_holds(
     """Store each held job's reason and queue position, writing only rows that changed."""
     changed: list[tuple[int, str, int | None]] = []
     for hold in holds:
-        reason = waiting_reasons.pop(hold.job_id, None) or str(hold.reason)
+        # Cut as stored, so a long reason compares equal to itself the next round.
+        reason = job_reason_fit(waiting_reasons.pop(hold.job_id, None) or str(hold.reason))
         if context.pending_reason.get(hold.job_id) != (reason, hold.position):
-            changed.append((hold.job_id, reason[:500], hold.position))
+            changed.append((hold.job_id, reason, hold.position))
     for job_id, reason in waiting_reasons.items():
-        changed.append((job_id, reason[:500], None))
+        changed.append((job_id, job_reason_fit(reason), None))
     # Jobs the snapshot left out of the policy's view (a disabled owner's) say why.
     for job_id, reason in context.left_out_reasons.items():
-        changed.append((job_id, reason[:500], None))
+        changed.append((job_id, job_reason_fit(reason), None))
     if not changed:
         return
     if connection.vendor == "postgresql":

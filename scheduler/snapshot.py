@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
 from agents.selectors import JobProgram, argv_text, measured_rates
@@ -63,6 +64,17 @@ SNAPSHOT_STATES = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobSta
 OWNER_DISABLED_REASON = str(Reason(ReasonCode.OWNER_DISABLED, "the owner's account is disabled"))
 
 
+def not_a_member_reason(group_name: str) -> str:
+    """Why a pending job whose owner left its group is held: started, it would be charged
+    to that group and drawn from its quota (Slurm holds such jobs as InvalidAccount).
+    Running jobs run on."""
+    detail = (
+        f"the owner is no longer a member of group {group_name}; an admin can add them "
+        "back, or the job can be cancelled and submitted again"
+    )
+    return str(Reason(ReasonCode.INVALID_ACCOUNT, detail))
+
+
 @dataclass(frozen=True)
 class RoundContext:
     """What the apply step needs to know about the rows the snapshot was built from."""
@@ -72,7 +84,8 @@ class RoundContext:
     node_of_device: dict[int, str]
     preempting_devices: dict[int, int]  # device id -> id of the PREEMPTING job holding it
     # Pending jobs left out of the snapshot for a reason the apply step stores (their owner's
-    # account is disabled): job id -> reason, only where the stored reason differs.
+    # account is disabled, or they left the job's group): job id -> reason, only where the
+    # stored reason differs.
     left_out_reasons: dict[int, str] = field(default_factory=dict)
 
 
@@ -106,7 +119,8 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     2. Live allocations: who holds which device since when.
     3. Active jobs, with the live part of their accounting added; PREEMPTING ones only as
        `stopping_jobs` (busy devices that still count against quotas); pending jobs of
-       disabled owners left out, with the reason the apply step stores.
+       disabled owners, or of owners who left the job's group, left out, with the reason
+       the apply step stores.
     4. The users and groups of those jobs: weights, quotas, decayed usage plus live usage.
     5. Sizes of recently ended jobs, for the Gittins distribution.
 
@@ -143,26 +157,40 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
 
     # A failed job waiting out its retry backoff is not schedulable yet: left out, it keeps
     # the reason its failure wrote ("retry 1 of 3 after a 60 s backoff").
+    owner_is_member = LabGroup.members.through.objects.filter(
+        labgroup_id=OuterRef("group_id"), user_id=OuterRef("owner_id")
+    )
     active = (
         Job.objects.filter(state__in=SNAPSHOT_STATES)
         .exclude(state=JobState.PENDING, retry_not_before__gt=now)
-        .annotate(command_text=argv_text())
+        .annotate(command_text=argv_text(), owner_is_member=Exists(owner_is_member))
     )
     read = active.values(
-        "id", "owner__username", "owner_id", "owner__is_active", "group__name", "group_id",
+        "id", "owner__username", "owner_id", "owner__is_active", "owner_is_member",
+        "group__name", "group_id",
         "num_gpus", "submitted_at", "state", "accepted_types", "consolidation",
         "attained_service", "service_since_promotion", "executed_since_promotion",
         "waiting_since_promotion", "queue_level", "queue_entered_at", "pending_since",
         "retry_not_before", "reason", "queue_position", "attempt", "image", "command_text",
     )  # fmt: skip
-    # Nor is a pending job whose owner's account is disabled: it is left out with a reason
-    # of its own for the apply step to store (only where the stored one differs).
+    # Nor is a pending job whose owner's account is disabled, or whose owner left the
+    # job's group: it is left out with a reason of its own for the apply step to store
+    # (only where the stored one differs).
     rows: list[dict[str, Any]] = []
     left_out_reasons: dict[int, str] = {}
     for row in read:
+        held_why = None
         if row["state"] == JobState.PENDING and not row["owner__is_active"]:
-            if row["reason"] != OWNER_DISABLED_REASON or row["queue_position"] is not None:
-                left_out_reasons[row["id"]] = OWNER_DISABLED_REASON
+            held_why = OWNER_DISABLED_REASON
+        elif (
+            row["state"] == JobState.PENDING
+            and row["group_id"] is not None
+            and not row["owner_is_member"]
+        ):
+            held_why = not_a_member_reason(row["group__name"])
+        if held_why is not None:
+            if row["reason"] != held_why or row["queue_position"] is not None:
+                left_out_reasons[row["id"]] = held_why
             continue
         rows.append(row)
     type_speed = {device.device_type: device.speed for device in devices}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -11,14 +13,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api_errors import (
-    BAD_BODY,
+    BAD_NESTED_BODY,
     FIELD_ERRORS,
     NOT_AUTHENTICATED,
+    NOT_JSON,
     ErrorOutput,
     error_response,
 )
 from config.api_params import query_params_check
-from config.errors import NotFound, ValidationFailed
+from config.errors import ApplicationError, Conflict, NotFound, ValidationFailed
 from config.throttling import FailOpenThrottle
 from jobs.selectors import job_get_for_user
 
@@ -75,21 +78,46 @@ class AgentHeartbeatApi(APIView):
 
     @extend_schema(
         summary="Node agent heartbeat",
+        description=(
+            "A refused heartbeat (400, 409, 415) stores none of its readings but counts as "
+            "a sign of life: the node is not taken down, nor its jobs requeued, because its "
+            "agent and the control plane disagree. A GPU conflict (409) drains the node "
+            "with the conflict as its reason."
+        ),
         request=HeartbeatInput,
         responses={
             200: dict,
-            400: BAD_BODY,
+            400: BAD_NESTED_BODY,
             401: NOT_AUTHENTICATED,
+            409: error_response(
+                "A reported GPU is registered on another node that may still use it, or "
+                "replaces one still allocated to a job (`conflict`)."
+            ),
+            415: NOT_JSON,
             429: error_response("Too many heartbeats from this node (`throttled`)."),
         },
     )
     def post(self, request: Request) -> Response:
+        try:
+            return Response(self._record(request))
+        except (ApplicationError, exceptions.APIException) as exc:
+            # Refused (400, 409, 415): nothing of it is stored, a transaction that got as
+            # far as a GPU conflict included. Its agent is up all the same: a node must not
+            # go DOWN, and its jobs be requeued, because the agent and the control plane
+            # disagree (a version skew, a GPU an admin has yet to free on another node).
+            agent_heartbeat_refused(
+                node=request.auth,
+                errors=getattr(exc, "detail", str(exc)),
+                conflict=exc.message if isinstance(exc, Conflict) else "",
+            )
+            raise
+
+    def _record(self, request: Request) -> dict[str, Any]:
+        query_params_check(request, allowed=[])
         serializer = HeartbeatInput(data=request.data)
         if not serializer.is_valid():
-            agent_heartbeat_refused(node=request.auth, errors=serializer.errors)
             raise exceptions.ValidationError(serializer.errors)
-        result = agent_heartbeat_record(node=request.auth, heartbeat=serializer.validated_data)
-        return Response(result)
+        return agent_heartbeat_record(node=request.auth, heartbeat=serializer.validated_data)
 
 
 class LogTailOutput(serializers.Serializer):

@@ -139,9 +139,14 @@ AUTH_USER_MODEL = "accounts.User"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "jobs:list"
 LOGOUT_REDIRECT_URL = "login"
+# Django's four: the lockout allows ten guesses per account and address, so a password
+# on the common-password list ("password", "qwertyui") or all digits would fall to one
+# guess tried across every account.
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -174,11 +179,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": [
-        "config.text_guards.StoredTextJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON only: a form-encoded or multipart body (415) would reach the fields' own
+    # json.loads, past every guard of StoredTextJSONParser (depth, storable text, keys
+    # named twice). The pages' forms are Django forms, not API calls.
+    "DEFAULT_PARSER_CLASSES": ["config.text_guards.StoredTextJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -210,7 +214,15 @@ CELERY_TIMEZONE = TIME_ZONE
 # after the longest task (120 s) could have finished, and results kept for an hour.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # per task: only idempotent tasks opt in (scheduler.round)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
+# Socket timeouts: sending a task to a Redis that accepts connections but never answers
+# (hung, or cut off after the accept) raises after 5 s instead of blocking the sender (a
+# round's dispatch, a web request) for ever. Workers wait for tasks with 1 s BRPOPs, well
+# inside them.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 600,
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+}
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Rounds, SSH work and the rest go to separate queues (config/celery_app.py), each with

@@ -30,6 +30,7 @@ REASON_WORDS = {
     "NodeDrained": "The nodes it needs take no new jobs",
     "Reserved": "Free GPUs are kept for a job that has waited long",
     "OwnerDisabled": "The owner's account is disabled",
+    "InvalidAccount": "The owner has left the job's group",
     "WaitingForFasterType": "Waiting for a faster GPU type",
 }
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.

@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts.models import AuditEntry, LabGroup, User
+from accounts.selectors import quota_audit_history
 from accounts.services import (
     QUOTA_FIELDS,
     group_quota_update,
@@ -143,7 +144,7 @@ def _quota_edit(
                     messages.info(request, f"Nothing changed for {kind.label.lower()} {name}.")
                 return redirect("dashboard:quotas")
         status = 400
-    history = AuditEntry.objects.filter(target_kind=kind, target_name=name)[:HISTORY_SIZE]
+    history = quota_audit_history(account=account)[:HISTORY_SIZE]
     return render(
         request,
         "dashboard/quota_edit.html",

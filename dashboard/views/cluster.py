@@ -3,7 +3,8 @@
 Thin: `dashboard.selectors.cluster` reads and redacts, `cluster.services` drains (a DOWN
 node too: it then comes back DRAINED, not UP) and writes the audit log. The drain
 and undrain forms post, then redirect back (POST/redirect/GET), so the page's auto-refresh
-always re-reads the cluster page itself.
+always re-reads the cluster page itself. A GET of either (the login form sends a post made
+after the session ended back as one) changes nothing and says so on the cluster page.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from cluster.choices import DRAIN_STATES, NodeState, node_can_drain, node_can_undrain
 from cluster.models import Node
@@ -23,17 +24,22 @@ from cluster.services import node_drain, node_undrain
 from ..selectors.cluster import FRESH_READING, HEALTH_WINDOW, age_text, cluster_overview
 
 REFRESH_SECONDS = 15
+# A refused drain's node, typed reason and error, kept in the session for the one page
+# that follows the redirect: it marks that node's reason field and shows what was typed.
+DRAIN_ERROR_KEY = "dashboard:drain-error"
 
 
 class NodeDrainForm(forms.Form):
+    REASON_MAX = 200
     reason = forms.CharField(
-        max_length=200, help_text="Why, for the other admins and the node's history."
+        max_length=REASON_MAX, help_text="Why, for the other admins and the node's history."
     )
 
 
 @login_required
 def cluster_page(request: HttpRequest) -> HttpResponse:
     overview = cluster_overview(viewer=request.user)
+    drain_error = request.session.pop(DRAIN_ERROR_KEY, None) if request.user.is_lab_admin else None
     return render(
         request,
         "dashboard/cluster.html",
@@ -44,6 +50,7 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
             "fresh_text": age_text(FRESH_READING.total_seconds()),
             "health_hours": int(HEALTH_WINDOW.total_seconds() // 3600),
             "refresh_seconds": REFRESH_SECONDS,
+            "drain_error": drain_error,
         },
     )
 
@@ -62,15 +69,33 @@ def _state_words(node: Node) -> str:
     return words
 
 
+def _nothing_changed(request: HttpRequest, node: Node, *, can: bool, action: str) -> HttpResponse:
+    # A GET never changes anything (like jobs.views.job_cancel_page): back to the page, where
+    # the form is, saying that the node was left as it is.
+    if can:
+        button = "enter a reason and press Drain" if action == "drain" else "press Undrain"
+        messages.info(request, f"Node {node.name} was not {action}ed; {button} to {action} it.")
+    return redirect("dashboard:cluster")
+
+
 @login_required
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
     node = _admin_node(request, node_id)
+    if request.method != "POST":
+        can = node_can_drain(node.state, node.return_state)
+        return _nothing_changed(request, node, can=can, action="drain")
     form = NodeDrainForm(request.POST)
     if not form.is_valid():
         # The only field: the message names it, since the form lives on another page.
         errors = " ".join(form.errors.get("reason", []))
         messages.error(request, f"Node {node.name} not drained. Reason: {errors}")
+        request.session[DRAIN_ERROR_KEY] = {
+            "node_id": node.pk,
+            # What was typed, cut to what the field could ever hold and a bit: shown again.
+            "reason": request.POST.get("reason", "")[: 2 * NodeDrainForm.REASON_MAX],
+            "error": errors,
+        }
         return redirect("dashboard:cluster")
     if not node_can_drain(node.state, node.return_state):
         messages.error(request, f"Node {node.name} is {_state_words(node)}; nothing to drain.")
@@ -94,9 +119,12 @@ def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def node_undrain_page(request: HttpRequest, node_id: int) -> HttpResponse:
     node = _admin_node(request, node_id)
+    if request.method != "POST":
+        can = node_can_undrain(node.state, node.return_state)
+        return _nothing_changed(request, node, can=can, action="undrain")
     if not node_can_undrain(node.state, node.return_state):
         messages.error(request, f"Node {node.name} is {_state_words(node)}; nothing to undrain.")
         return redirect("dashboard:cluster")

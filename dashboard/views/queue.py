@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -17,11 +18,40 @@ from ..selectors.aggregates import cached_on_aggregates
 PAGE_SIZE = 50
 
 
-def queue_length_figure_cached() -> str:
-    """The queue-length figure, built once per aggregation run (only QueueSample feeds it)."""
+@dataclass(frozen=True)
+class QueueLevelSummary:
+    """One queue level over the chart's 24 h, for readers who cannot see the chart."""
+
+    level: int
+    latest: int  # pending jobs at the newest sample
+    peak: int
+    mean: float
+
+
+@dataclass(frozen=True)
+class QueueLengthChart:
+    """The queue-length figure and what it shows in numbers, cached together."""
+
+    figure: str  # JSON
+    levels: list[QueueLevelSummary]
+    latest_at: datetime | None  # the newest sample
+
+    @property
+    def latest_total(self) -> int:
+        return sum(level.latest for level in self.levels)
+
+    @property
+    def latest_busy(self) -> list[QueueLevelSummary]:
+        """The levels with jobs pending at the newest sample (the sentence names only these)."""
+        return [level for level in self.levels if level.latest]
+
+
+def queue_length_figure_cached() -> QueueLengthChart:
+    """The queue-length figure and its text alternative, built once per aggregation run
+    (only QueueSample feeds them)."""
+    # Not the old key "queue-length": that held the figure alone, a string.
     return cached_on_aggregates(
-        "queue-length",
-        lambda as_of: figure_json(_queue_length_figure(as_of or timezone.now())),
+        "queue-length-chart", lambda as_of: _queue_length_chart(as_of or timezone.now())
     )
 
 
@@ -31,6 +61,9 @@ def queue_page(request: HttpRequest) -> HttpResponse:
     order = queue_selectors.pending_order()
     page = Paginator(order, PAGE_SIZE).get_page(request.GET.get("page"))
     view = queue_selectors.queue_view(viewer=request.user, order=order, page_rows=page.object_list)
+    started = queue_selectors.queueing_delay_histogram(since=now - timedelta(days=7))
+    pending = queue_selectors.pending_wait_histogram(entries_waits=queue_selectors.pending_waits())
+    queue_length = queue_length_figure_cached()
     return render(
         request,
         "dashboard/queue.html",
@@ -40,14 +73,39 @@ def queue_page(request: HttpRequest) -> HttpResponse:
             "charts": True,
             "refresh_seconds": 10,
             # Built only from QueueSample rows: cached per aggregation run (exact).
-            "queue_length_figure": queue_length_figure_cached(),
-            "wait_figure": figure_json(_wait_figure(now)),
+            "queue_length_figure": queue_length.figure,
+            "wait_figure": figure_json(_wait_figure(started=started, pending=pending)),
+            # The charts' numbers as text and tables, for screen readers and pages without
+            # JavaScript.
+            "queue_length": queue_length,
+            "waits": [
+                (label, started_count, pending_count)
+                for (label, started_count), (_, pending_count) in zip(started, pending, strict=True)
+            ],
+            "waits_started": sum(count for _, count in started),
+            "waits_pending": sum(count for _, count in pending),
         },
     )
 
 
-def _queue_length_figure(now):  # type: ignore[no-untyped-def]
+def _queue_length_chart(now: datetime) -> QueueLengthChart:
     series = queue_selectors.queue_length_series(since=now - timedelta(hours=24))
+    levels = [
+        QueueLevelSummary(
+            level=level,
+            latest=points[-1][1],
+            peak=max(pending for _, pending in points),
+            mean=sum(pending for _, pending in points) / len(points),
+        )
+        for level, points in sorted(series.items())
+    ]
+    latest_at = max((points[-1][0] for points in series.values()), default=None)
+    return QueueLengthChart(
+        figure=figure_json(_queue_length_figure(series)), levels=levels, latest_at=latest_at
+    )
+
+
+def _queue_length_figure(series):  # type: ignore[no-untyped-def]
     figure = figure_new(y_title="pending jobs", height=300)
     for level, points in sorted(series.items()):
         figure.add_scatter(
@@ -65,9 +123,7 @@ def _queue_length_figure(now):  # type: ignore[no-untyped-def]
     return figure
 
 
-def _wait_figure(now):  # type: ignore[no-untyped-def]
-    started = queue_selectors.queueing_delay_histogram(since=now - timedelta(days=7))
-    pending = queue_selectors.pending_wait_histogram(entries_waits=queue_selectors.pending_waits())
+def _wait_figure(*, started, pending):  # type: ignore[no-untyped-def]
     figure = figure_new(y_title="jobs", height=300)
     figure.add_bar(
         x=[label for label, _ in started],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -32,17 +33,40 @@ class StrictCharField(serializers.CharField):
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 
 
-@extend_schema_field({**_STRINGS, "minItems": 1, "maxItems": validation.MAX_ARGS})
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": validation.MAX_IMAGE_LENGTH})
+class ImageField(StrictCharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "maxLength": validation.MAX_NAME_LENGTH})
+class NameField(StrictCharField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "maxLength": validation.MAX_ARG_LENGTH},
+        "minItems": 1,
+        "maxItems": validation.MAX_ARGS,
+    }
+)
 class CommandField(serializers.JSONField):
     pass
 
 
-@extend_schema_field({"type": "integer", "minimum": 1})
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": validation.MAX_GPUS_PER_JOB})
 class GpuCountField(serializers.JSONField):
     pass
 
 
-@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": validation.MAX_ENV_VARS,
+        "additionalProperties": {"type": "string", "maxLength": validation.MAX_ENV_VALUE_LENGTH},
+    }
+)
 class EnvField(serializers.JSONField):
     pass
 
@@ -66,10 +90,14 @@ class JobSubmitInput(serializers.Serializer):
     """What a client sends to submit a job. Unknown fields are refused, not ignored:
     a typo such as `gpus` must not silently become the default of 1 GPU."""
 
-    image = StrictCharField(trim_whitespace=False, help_text="Container image reference.")
+    image = ImageField(trim_whitespace=False, help_text="Container image reference.")
     command = CommandField(help_text='argv list of strings, e.g. ["python", "train.py"].')
-    num_gpus = GpuCountField(required=False, default=1, help_text="GPUs, 1 or more.")
-    name = StrictCharField(required=False, allow_blank=True, default="")
+    num_gpus = GpuCountField(
+        required=False,
+        default=1,
+        help_text="GPUs, 1 or more, at most what the cluster could ever give one job.",
+    )
+    name = NameField(required=False, allow_blank=True, default="")
     env = EnvField(required=False, default=dict, help_text="{NAME: value} strings.")
     accepted_types = TypeNamesField(
         required=False,
@@ -104,6 +132,16 @@ class JobSubmitInput(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return super().to_internal_value(data)
+
+
+class JobSubmitInputSchema(OpenApiSerializerExtension):
+    """The schema of `JobSubmitInput` says what its `to_internal_value` does: a property
+    it does not list is refused (drf-spectacular registers this on import)."""
+
+    target_class = JobSubmitInput
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {**super().map_serializer(auto_schema, direction), "additionalProperties": False}
 
 
 class JobEventOutput(serializers.ModelSerializer):

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.models import User
-from config.api_errors import BAD_BODY, FIELD_ERRORS, NOT_AUTHENTICATED, error_response
+from config.api_errors import BAD_BODY, FIELD_ERRORS, NOT_AUTHENTICATED, NOT_JSON, error_response
 from config.api_params import page_get, page_number_parse, query_list, query_params_check
 from config.errors import ValidationFailed
 from config.throttling import FailOpenScopedRateThrottle
@@ -100,6 +100,7 @@ class JobListCreateApi(APIView):
             201: JobDetailOutput,
             400: BAD_BODY,
             401: NOT_AUTHENTICATED,
+            415: NOT_JSON,
             429: error_response(
                 "Too many submissions a minute (`throttled`). A full pending-jobs quota is "
                 "a 400 naming `quota`."

@@ -260,6 +260,9 @@ class ReasonCode(StrEnum):
     # The owner's account is disabled: nothing of theirs starts (running jobs run on). Set
     # by the live loop's adapter, which leaves such jobs out of the snapshot.
     OWNER_DISABLED = "OwnerDisabled"
+    # The owner is no longer a member of the job's group (Slurm's InvalidAccount): started,
+    # it would be charged to that group. Set by the adapter, like OWNER_DISABLED.
+    INVALID_ACCOUNT = "InvalidAccount"
 
 
 @dataclass(frozen=True, slots=True)

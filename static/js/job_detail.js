@@ -37,6 +37,7 @@
     var finished = false;
     var ended = false; // the session has ended: no more fetches
     var timer = null;
+    var retries = 0; // tries again of an unreadable log, on a page that does not poll
 
     function say(text) {
       var note = document.createElement("p");
@@ -62,6 +63,14 @@
         if (tab) tab.focus();
       }
       if (region.querySelector("[data-log-final]")) finished = true;
+      // An ended job's page does not poll: a log another viewer was reading, or a node
+      // that did not answer, is tried again a few times rather than left as a notice.
+      if (timer === null && region.querySelector("[data-log-retry]") && retries < 6) {
+        retries += 1;
+        window.setTimeout(function () {
+          load(false);
+        }, 5000);
+      }
     }
 
     function load(byReader) {

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
 from agents.models import NodeHostKey
@@ -171,6 +170,15 @@ def started_job(
     return job_start(job_id=job.pk, device_ids=[device.pk])
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group `pgid` still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -188,25 +196,31 @@ def _no_agent_guards() -> Iterator[None]:
     """The agents' Redis guards (one poll per node, re-sends at most once per interval)
     start empty: their keys name job and node ids, which a later run with the same run id
     reuses in its fresh database."""
+    run_cache_clear("agents")
+    yield
+    run_cache_clear("agents")
+
+
+def run_cache_clear(namespace: str = "") -> None:
+    """Delete this test run's cache keys (under `namespace`, or all of them).
+
+    Never `cache.clear()`: that is a FLUSHDB of the Redis every concurrent run shares, and
+    wipes another run's login lockouts and rate limits in the middle of its tests.
+    """
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL)
-    pattern = f"{settings.CACHES['default']['KEY_PREFIX']}:*:agents:*"
-
-    def clear() -> None:
-        keys = list(client.scan_iter(match=pattern))
-        if keys:
-            client.delete(*keys)
-
-    clear()
-    yield
-    clear()
+    prefix = settings.CACHES["default"]["KEY_PREFIX"]
+    pattern = f"{prefix}:*:{namespace}:*" if namespace else f"{prefix}:*"
+    keys = list(client.scan_iter(match=pattern))
+    if keys:
+        client.delete(*keys)
 
 
 @pytest.fixture
 def fresh_rate_limits() -> None:
     """Heartbeat rate limits start from zero (they live in the cache)."""
-    cache.clear()
+    run_cache_clear()
 
 
 @pytest.fixture

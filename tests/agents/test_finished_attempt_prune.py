@@ -6,12 +6,12 @@ The `process` runtime against the real test sshd; the `docker` scripts against a
 
 from __future__ import annotations
 
-import os
 import subprocess
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from celery.schedules import crontab
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -23,7 +23,7 @@ from cluster.models import Node
 from config.celery_app import SSH_QUEUE, app, queue_name, task_route
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
-from tests.agents.conftest import started_job, wait_for
+from tests.agents.conftest import group_alive, started_job, wait_for
 
 
 def _finished(node: Node, *, released_days_ago: float) -> Job:
@@ -43,14 +43,6 @@ def _finished(node: Node, *, released_days_ago: float) -> Job:
     return Job.objects.get(pk=job.pk)
 
 
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_the_poll_removes_only_attempts_finished_longer_ago_than_the_keep_time(
     ssh_node: Node, ssh_settings: Path, settings
 ) -> None:  # type: ignore[no-untyped-def]
@@ -67,7 +59,7 @@ def test_the_poll_removes_only_attempts_finished_longer_ago_than_the_keep_time(
     assert removed == sorted([(old.pk, 1), (deleted.pk, 1)])
     left = sorted(path.name for path in ssh_settings.iterdir())
     assert left == sorted([f"gpulab-{recent.pk}-1", f"gpulab-{running.pk}-1"])
-    assert _alive(int((ssh_settings / f"gpulab-{running.pk}-1" / "pid").read_text()))
+    assert group_alive(int((ssh_settings / f"gpulab-{running.pk}-1" / "pid").read_text()))
     assert agent_node_prune(node_id=ssh_node.pk) == []  # nothing left to remove
 
 
@@ -111,8 +103,10 @@ FAKE_DOCKER = """#!/bin/sh
 # without -f refuses a running container and goes on with the others.
 last() { for a in "$@"; do n=$a; done; }
 case "$1" in
-  ps) for f in "$STATE"/containers/*; do
-        [ "$(cat "$f")" = running ] || basename "$f"; done ;;
+  ps) [ -e "$STATE/daemon-down" ] && { echo "Cannot connect to the Docker daemon" >&2; exit 1; }
+      case "$*" in *status=exited*) stopped=1 ;; *) stopped= ;; esac
+      for f in "$STATE"/containers/*; do
+        [ -n "$stopped" ] && [ "$(cat "$f")" = running ] && continue; basename "$f"; done ;;
   rm) shift; status=0; for n in "$@"; do f="$STATE/containers/$n"
         if [ ! -e "$f" ]; then echo "No such container: $n" >&2; status=1
         elif [ "$(cat "$f")" = running ]; then echo "cannot remove running $n" >&2; status=1
@@ -158,12 +152,39 @@ def test_a_docker_node_lists_its_stopped_containers_and_stop_markers_and_removes
     assert sorted(path.name for path in runs.iterdir()) == ["gpulab-2-1"]
 
 
+def test_a_docker_node_whose_daemon_cannot_list_keeps_every_run_directory(
+    fake_docker: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "daemon-down").touch()
+    (tmp_path / "containers" / "gpulab-2-1").write_text("running")
+    (tmp_path / "runs" / "gpulab-2-1").mkdir()
+
+    script = remove_attempts_script(str(tmp_path / "runs"), ["gpulab-2-1"], docker=True)
+    subprocess.run(["sh", "-c", script], env=fake_docker, check=True)
+
+    assert (tmp_path / "runs" / "gpulab-2-1").exists()
+
+
+def test_a_directory_that_only_looks_like_an_attempt_is_ignored(
+    ssh_node: Node, ssh_settings: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    # A job running as the SSH user can make anything in the run root; "²" is a digit to
+    # str.isdigit but not to int().
+    settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS = 7
+    old = _finished(ssh_node, released_days_ago=8)
+    (ssh_settings / "gpulab-\u00b2-1").mkdir()
+
+    assert agent_node_prune(node_id=ssh_node.pk) == [(old.pk, 1)]
+    assert (ssh_settings / "gpulab-\u00b2-1").exists()
+
+
 def test_a_removed_log_is_said_so_on_the_page_and_is_410_in_the_api(
-    ssh_node: Node, settings
+    ssh_node: Node, ssh_settings: Path, settings
 ) -> None:  # type: ignore[no-untyped-def]
     settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS = 7
     job = _finished(ssh_node, released_days_ago=8)
-    agent_node_prune(node_id=ssh_node.pk)
+    assert agent_node_prune(node_id=ssh_node.pk) == [(job.pk, 1)]
+    assert not (ssh_settings / f"gpulab-{job.pk}-1").exists()
 
     log = job_log_tail(job=job, stream="stdout")
     assert log.removed
@@ -190,6 +211,7 @@ def test_a_log_still_kept_is_read_from_the_node(ssh_node: Node, settings) -> Non
 def test_the_clean_up_is_scheduled_hourly_on_the_ssh_queue() -> None:
     app.loader.import_default_modules()
     entries = [e for e in app.conf.beat_schedule.values() if e["task"] == "agents.prune_all"]
-    assert [entry["schedule"] for entry in entries] == [3600.0]
+    # Every hour at :30, not every 3600 s from beat's start, which each redeploy restarts.
+    assert [entry["schedule"] for entry in entries] == [crontab(minute=30)]
     assert {"agents.prune_all", "agents.node_prune"} <= set(app.tasks)
     assert task_route("agents.node_prune", (), {}, {}) == {"queue": queue_name(SSH_QUEUE)}

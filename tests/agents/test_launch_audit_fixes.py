@@ -527,7 +527,7 @@ def test_stale_attempts_are_stopped_together_within_one_grace_period(
             return run(script, **kwargs)
 
         session.run = recorded  # type: ignore[method-assign]
-        stopped = _stop_stale(session, keep=[], grace_seconds=3)
+        stopped = _stop_stale(session, keep=[], grace_seconds=3).stopped
 
     assert sorted(stopped) == sorted((job.pk, 1) for job in jobs)
     # One command signals both and waits one grace period, not one command per attempt.

@@ -5,7 +5,6 @@ The clock is injected (`now=`), so minutes of silence take no time.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from cluster.models import Node
 from jobs.choices import JobState
 from jobs.models import Job
 from jobs.services import job_mark_running
-from tests.agents.conftest import started_job, wait_for
+from tests.agents.conftest import group_alive, started_job, wait_for
 from tests.factories import DeviceFactory, NodeFactory
 
 T0 = timezone.now().replace(microsecond=0)
@@ -118,15 +117,7 @@ def test_a_returning_down_node_has_its_stale_attempts_stopped_before_it_is_up_ag
 
     assert stopped == [(job.pk, 1)]
     assert Node.objects.get(pk=ssh_node.pk).state == NodeState.UP
-    wait_for(lambda: not _alive(pgid), timeout=5)
-
-
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    wait_for(lambda: not group_alive(pgid), timeout=5)
 
 
 def test_a_heartbeat_between_the_sweeps_read_and_its_update_keeps_the_node_and_its_jobs(

@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 
 import pytest
-from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from agents.heartbeats import node_agent_token_create
 from agents.models import GpuSample, JobGpuSample, JobProgress
 from cluster.models import Device
 from jobs.services import job_start
+from tests.agents.conftest import run_cache_clear
 from tests.factories import JobFactory, NodeFactory
 
 CAPTURE = Path(__file__).resolve().parents[2] / "bench" / "results" / "nvml_real_gpu.json"
@@ -30,7 +30,7 @@ URL = "/api/v1/agents/heartbeat/"
 
 @pytest.mark.django_db
 def test_heartbeats_captured_on_a_real_h100_are_accepted_and_stored() -> None:
-    cache.clear()
+    run_cache_clear()
     capture = json.loads(CAPTURE.read_text())
     idle, loaded, loaded_again = (entry["payload"] for entry in capture["heartbeats"])
     assert capture["heartbeats"][0]["path"] == URL  # the agent posted where we serve

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from jobs.choices import JobState
 from jobs.models import Job
 from jobs.services import JobSpec, job_cancel, job_preempt, job_submit, jobs_time_out
 from scheduler.services import scheduling_round_run
-from tests.agents.conftest import started_job, wait_for
+from tests.agents.conftest import group_alive, started_job, wait_for
 
 
 def _finish_when_exited(node: Node, job_id: int) -> Job:
@@ -107,7 +106,7 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(
     requeued = agent_stop(job_id=job.pk, attempt=job.attempt, grace_seconds=1)
 
     assert requeued is not None and requeued.state == JobState.PENDING
-    wait_for(lambda: not _alive(pgid), timeout=5)
+    wait_for(lambda: not group_alive(pgid), timeout=5)
 
 
 def test_a_command_that_cannot_start_fails_with_its_exit_code(ssh_node: Node) -> None:
@@ -132,7 +131,7 @@ def test_an_attempt_of_a_cancelled_job_is_stopped_by_the_poll(
 
     assert counts["stopped"] == 1
     pgid = int((ssh_settings / f"gpulab-{job.pk}-1" / "pid").read_text())
-    wait_for(lambda: not _alive(pgid))
+    wait_for(lambda: not group_alive(pgid))
 
 
 def test_a_job_past_its_walltime_fails_and_the_poll_stops_it_with_sigterm_first(
@@ -155,18 +154,10 @@ def test_a_job_past_its_walltime_fails_and_the_poll_stops_it_with_sigterm_first(
     assert timed_out.state == JobState.FAILED
     assert timed_out.reason.startswith("Walltime exceeded: ran 0:01:0")
     assert counts["stopped"] == 1
-    wait_for(lambda: not _alive(pgid))
+    wait_for(lambda: not group_alive(pgid))
     # The job saw SIGTERM and had its grace period, as for a preemption.
     out = (ssh_settings / f"gpulab-{job.pk}-1" / "stdout").read_text()
     assert out == "ready\nstopped\n"
-
-
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_owners_read_their_running_jobs_logs_through_the_api_and_others_cannot(
@@ -293,12 +284,12 @@ def test_a_cancelled_jobs_gpu_takes_no_new_job_until_the_poll_has_stopped_it(
     scheduling_round_run()
 
     assert Job.objects.get(pk=waiting.pk).state == JobState.PENDING
-    assert _alive(pgid)
+    assert group_alive(pgid)
 
     agent_node_poll(node_id=ssh_node.pk)  # stops the cancelled attempt, then releases
     scheduling_round_run()
 
-    assert not _alive(pgid)
+    assert not group_alive(pgid)
     assert Job.objects.get(pk=waiting.pk).state == JobState.STARTING
 
 
@@ -321,9 +312,9 @@ def test_a_job_cancelled_while_the_poll_runs_keeps_its_gpu_busy_until_the_next_p
     monkeypatch.setattr(services, "_stop_stale", cancelled_meanwhile)
     agent_node_poll(node_id=ssh_node.pk)
 
-    assert _alive(pgid)
+    assert group_alive(pgid)
     assert job.allocations.get().released_at is None
     monkeypatch.setattr(services, "_stop_stale", real_stop_stale)
     agent_node_poll(node_id=ssh_node.pk)
-    assert not _alive(pgid)
+    assert not group_alive(pgid)
     assert job.allocations.get().released_at is not None

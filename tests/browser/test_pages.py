@@ -17,6 +17,7 @@ from cluster.models import Device
 from tests.browser.charts import charts_not_drawn, charts_with_points
 from tests.browser.conftest import DESKTOP, PHONE, Ui
 from tests.browser.seed import Activity, lab_activity
+from tests.factories import JobFactory
 
 
 @dataclass(frozen=True)
@@ -127,3 +128,61 @@ def test_page_fits_a_phone_and_a_laptop_without_sideways_scrolling(
             charts_with_points(ui.page)
         ui.assert_no_horizontal_overflow(width)
     assert ui.js_errors == [], f"{name}: JavaScript errors {ui.js_errors}"
+
+
+# Focusable things: what axe's nested-interactive rule looks for inside an image.
+_CONTROLS_IN_IMAGES_JS = """() => [...document.querySelectorAll('[role="img"]')].flatMap((img) =>
+  [...img.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')]
+    .filter((el) => el.tabIndex >= 0)
+    .map((el) => el.getAttribute("aria-label") || el.tagName))"""
+_CHART_IMAGES_JS = """() => [...document.querySelectorAll('.chart[data-figure]')].map((chart) => {
+  const img = chart.querySelector('.main-svg[role="img"]');
+  return {id: chart.id, label: img ? img.getAttribute("aria-label") : null,
+          expected: chart.dataset.label};
+})"""
+
+
+@pytest.mark.parametrize("name", CHART_PAGES)
+def test_charts_offer_no_upload_and_keep_their_buttons_outside_the_image(
+    ui: Ui, lab: Lab, name: str
+) -> None:
+    """Plotly's "Share chart…" uploads the figure (names, GPU-hours) to Plotly Cloud; and
+    buttons inside role="img" are tab stops a screen reader cannot name."""
+    ui.login("alice")
+    ui.goto(name, step="page", **_kwargs(name)(lab))
+    charts_with_points(ui.page)
+    ui.page.wait_for_function(
+        """() => [...document.querySelectorAll('.chart[data-figure]')]
+              .every((chart) => chart.querySelector('.main-svg[role="img"]'))"""
+    )
+
+    buttons = ui.page.locator(".modebar-btn")
+    names = [buttons.nth(i).get_attribute("aria-label") or "" for i in range(buttons.count())]
+    assert "Download plot as a PNG" in names, f"{name}: the modebar was not drawn: {names}"
+    assert not [n for n in names if "share" in n.lower() or "cloud" in n.lower()], names
+    assert ui.page.locator('[data-title^="Share"], [data-attr="sendDataToCloud"]').count() == 0
+    assert ui.page.evaluate(_CONTROLS_IN_IMAGES_JS) == []
+    for chart in ui.page.evaluate(_CHART_IMAGES_JS):
+        assert chart["label"] and chart["label"] == chart["expected"], chart
+    assert ui.js_errors == []
+
+
+NARROW = 375  # the narrowest common phone
+LONG_NAME = "run_" + "resnet50_lr0.1_bs256_" * 5 + "final"  # one word of 114 characters
+
+
+def test_a_long_job_name_wraps_instead_of_scrolling_the_page_sideways(
+    ui: Ui, owner: User, small_cluster: list[Device]
+) -> None:
+    job = JobFactory(owner=owner, name=LONG_NAME)
+    ui.login("alice")
+    ui.set_width(NARROW)
+    for step, path in (
+        ("detail", f"/jobs/{job.pk}/"),  # the name in the <h1>
+        ("log", f"/jobs/{job.pk}/logs/"),  # the log page's <h1>
+        ("clone", f"/jobs/submit/?clone={job.pk}"),  # the clone note
+    ):
+        response = ui.goto(path, step=step)
+        assert response.status == 200, f"{path} answered {response.status}"
+        assert LONG_NAME in ui.page.locator("main").inner_text().replace("\n", "")
+        ui.assert_no_horizontal_overflow(NARROW)

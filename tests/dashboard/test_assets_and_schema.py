@@ -192,9 +192,9 @@ def test_the_schema_types_the_submission_and_the_nullable_outputs(client):
     assert submit["max_retries"]["type"] == "integer"
     assert submit["walltime_seconds"]["type"] == "integer"
     assert submit["walltime_seconds"]["nullable"] is True
-    assert submit["command"]["items"] == {"type": "string"}
+    assert submit["command"]["items"] == {"type": "string", "maxLength": 8192}
     assert submit["accepted_types"]["items"] == {"type": "string"}
-    assert submit["env"]["additionalProperties"] == {"type": "string"}
+    assert submit["env"]["additionalProperties"] == {"type": "string", "maxLength": 8192}
     assert components["JobOutput"]["properties"]["group"]["nullable"] is True
     assert components["JobEventOutput"]["properties"]["actor_user"]["nullable"] is True
     listing = schema["paths"]["/api/v1/jobs/"]["get"]["responses"]["200"]

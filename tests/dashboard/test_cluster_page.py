@@ -307,12 +307,67 @@ def test_an_unknown_node_is_404(lab_admin, action):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("action", ["node-drain", "node-undrain"])
-def test_drain_and_undrain_take_only_posts(lab_admin, small_cluster, action):
+@pytest.mark.parametrize(
+    ("action", "state", "said"),
+    [
+        ("node-drain", NodeState.UP, "Node a0 was not drained; enter a reason and press Drain"),
+        ("node-undrain", NodeState.DRAINED, "Node a0 was not undrained; press Undrain"),
+    ],
+)
+def test_a_get_of_drain_or_undrain_changes_nothing_and_says_so_on_the_cluster_page(
+    lab_admin, small_cluster, action, state, said
+):
+    # What the login form sends back when the session ended before the form was posted.
     node = Node.objects.get(name="a0")
-    assert (
-        logged_in(lab_admin).get(reverse(f"dashboard:{action}", args=[node.pk])).status_code == 405
-    )
+    Node.objects.filter(pk=node.pk).update(state=state, state_reason="before")
+    client = logged_in(lab_admin)
+
+    for method in (client.get, client.head):
+        response = method(reverse(f"dashboard:{action}", args=[node.pk]))
+        assert response.status_code == 302 and response.url == CLUSTER
+
+    assert Node.objects.values_list("state", "state_reason").get(pk=node.pk) == (state, "before")
+    assert said in client.get(CLUSTER).content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("action", ["node-drain", "node-undrain"])
+def test_a_get_of_drain_or_undrain_is_still_refused_to_a_student(owner, small_cluster, action):
+    node = Node.objects.get(name="a0")
+    response = logged_in(owner).get(reverse(f"dashboard:{action}", args=[node.pk]))
+    assert response.status_code == 403
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("action", ["node-drain", "node-undrain"])
+def test_drain_and_undrain_refuse_other_methods(lab_admin, small_cluster, action):
+    node = Node.objects.get(name="a0")
+    url = reverse(f"dashboard:{action}", args=[node.pk])
+    assert logged_in(lab_admin).put(url).status_code == 405
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("typed", "kept"), [("   ", "   "), ("x" * 201, "x" * 201)])
+def test_a_refused_drain_marks_that_nodes_reason_field_and_keeps_what_was_typed(
+    lab_admin, small_cluster, typed, kept
+):
+    node = Node.objects.get(name="a0")
+    other = Node.objects.get(name="a1")
+    client = logged_in(lab_admin)
+
+    client.post(reverse("dashboard:node-drain", args=[node.pk]), {"reason": typed})
+    page = client.get(CLUSTER).content.decode()
+
+    field = re.search(rf'<input id="drain-reason-{node.pk}"[^>]*>', page).group(0)
+    assert 'aria-invalid="true"' in field
+    assert f'aria-describedby="drain-reason-{node.pk}-error"' in field
+    assert f'value="{kept}"' in field
+    error = re.search(rf'id="drain-reason-{node.pk}-error">([^<]*)<', page).group(1)
+    assert error.startswith("Not drained.") and "Reason:" not in error
+    assert "aria-invalid" not in re.search(rf'<input id="drain-reason-{other.pk}"[^>]*>', page)[0]
+    # Said once: the next load (the page's own refresh) shows the field as usual again.
+    again = client.get(CLUSTER).content.decode()
+    assert "aria-invalid" not in again and f"drain-reason-{node.pk}-error" not in again
 
 
 @pytest.mark.django_db

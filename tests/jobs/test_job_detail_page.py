@@ -189,7 +189,9 @@ def test_the_fragment_shows_the_last_200_lines_of_the_chosen_stream(owner, small
         response = logged_in(owner).get(f"/jobs/{job.pk}/logs/", {"stream": "stderr"})
     body = response.content.decode()
     assert response.status_code == 200
-    tail.assert_called_once_with(job_id=job.pk, stream="stderr", max_bytes=64 * 1024)
+    tail.assert_called_once_with(
+        job_id=job.pk, stream="stderr", max_bytes=64 * 1024, budget=mock.ANY
+    )
     assert "line 51 &lt;b&gt;" in body and "line 250" in body and "line 50 " not in body
     assert 'data-stream="stderr" aria-current="true"' in body
     assert "data-log-final" not in body

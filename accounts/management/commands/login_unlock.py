@@ -11,8 +11,9 @@ from accounts.lockout import LockoutCleared, login_failures_clear
 
 
 def _is_address(target: str) -> bool:
+    """An address, or an IPv6 /64 as the lockout log names one."""
     try:
-        ipaddress.ip_address(target)
+        ipaddress.ip_network(target, strict=False)
     except ValueError:
         return False
     return True
