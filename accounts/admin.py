@@ -17,6 +17,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from .forms import AdminLoginForm
 from .models import ApiToken, AuditEntry, DeviceTypeQuota, LabGroup, User
 from .services import (
+    accounts_delete,
     api_tokens_revoke,
     default_group_errors,
     lab_group_members_set,
@@ -152,6 +153,12 @@ class UserAdmin(DjangoUserAdmin):
                 actor=request.user,
             )
 
+    def delete_model(self, request: HttpRequest, obj: User) -> None:
+        accounts_delete(actor=request.user, accounts=[obj])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        accounts_delete(actor=request.user, accounts=list(queryset))
+
     @method_decorator(sensitive_post_parameters())
     def user_change_password(
         self, request: HttpRequest, id: str, form_url: str = ""
@@ -182,8 +189,17 @@ class LabGroupAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
     filter_horizontal = ["members"]
     inlines = [GroupDeviceTypeQuotaInline]
-    # Weights and limits change only on the audited quota editor (/manage/quotas/).
-    readonly_fields = ["weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
+    # Weights and limits change only on the audited quota editor (/manage/quotas/); usage
+    # only as jobs give their GPUs back (the scheduler's fair share is computed from it).
+    readonly_fields = [
+        "weight", "max_gpus", "max_running_jobs", "max_pending_jobs", "usage", "usage_updated_at",
+    ]  # fmt: skip
+
+    def delete_model(self, request: HttpRequest, obj: LabGroup) -> None:
+        accounts_delete(actor=request.user, accounts=[obj])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[LabGroup]) -> None:
+        accounts_delete(actor=request.user, accounts=list(queryset))
 
     def save_related(
         self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool

@@ -250,6 +250,28 @@ def user_password_set_audit(*, actor: User, user: User) -> list[AuditEntry]:
     )
 
 
+def accounts_delete(*, actor: User, accounts: Iterable[User | LabGroup]) -> None:
+    """Delete users or lab groups (the Django admin's delete), each deletion audited in the
+    same transaction: who was deleted, by whom. Their rows and ids go; the audit entries,
+    which name them, stay. A user or group that still owns jobs cannot be deleted (the
+    jobs PROTECT them; the admin lists what is in the way before it gets here).
+    """
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins delete accounts.")
+    with transaction.atomic():
+        for account in accounts:
+            is_user = isinstance(account, User)
+            name = account.username if is_user else account.name
+            audit_entries_write(
+                actor=actor,
+                target_kind=AuditEntry.TargetKind.USER if is_user else AuditEntry.TargetKind.GROUP,
+                target_name=name,
+                target_id=account.pk,
+                changes={"deleted": ("", "deleted")},
+            )
+            account.delete()
+
+
 def lab_group_members_set(
     *, actor: User, group: LabGroup, members: Iterable[User]
 ) -> list[AuditEntry]:
