@@ -80,7 +80,13 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
             problem=f"Node {node.name} is down, so its logs cannot be read now.",
             unavailable=True,
         )
-    backoff_key = f"jobs:logs-unreachable:{job.pk}:{job.attempt}"
+    # Per node: every job's page on a node that did not answer is told so without SSH,
+    # not only the job whose read found out.
+    backoff_key = (
+        f"jobs:logs-unreachable-node:{node.pk}"
+        if node is not None
+        else f"jobs:logs-unreachable:{job.pk}:{job.attempt}"
+    )
     if (detail := cache_get(backoff_key)) is not None:
         return _unreachable(stream, node, detail)
     budget = SshBudget(

@@ -22,8 +22,9 @@ from agents.logs import job_log_tail
 from agents.ssh import NodeUnreachable, node_ssh
 from cluster.models import Node
 from jobs.models import Job
+from jobs.services import job_start
 from tests.agents.conftest import started_job
-from tests.factories import DeviceFactory, NodeFactory
+from tests.factories import DeviceFactory, JobFactory, NodeFactory
 
 
 class SilentServer:
@@ -75,8 +76,9 @@ def hung_node(db: None, silent_server: SilentServer, ssh_settings, settings) -> 
 
 
 def _log_keys(job: Job) -> list[str]:
+    node_ids = job.allocations.values_list("device__node_id", flat=True)
     return [
-        f"jobs:logs-unreachable:{job.pk}:{job.attempt}",
+        *(f"jobs:logs-unreachable-node:{node_id}" for node_id in node_ids),
         f"jobs:logs-reading:{job.pk}:{job.attempt}",
     ]
 
@@ -99,7 +101,9 @@ def test_a_log_read_connects_once_and_remembers_the_node_did_not_answer(
     assert log.problem == "The log cannot be read from node hungnode right now."
     assert "hungnode is unreachable over SSH" in log.detail
     assert len(silent_server.accepted) == 1  # not GPULAB_SSH_CONNECT_ATTEMPTS (3)
-    assert cache.get(f"jobs:logs-unreachable:{hung_job.pk}:{hung_job.attempt}") == log.detail
+    assert cache.get(f"jobs:logs-unreachable-node:{hung_job.allocations.get().device.node_id}") == (
+        log.detail
+    )
 
     again = job_log_tail(job=hung_job, stream="stderr")
 
@@ -158,4 +162,20 @@ def test_a_second_request_does_not_pile_onto_a_read_in_progress(
     )
     assert first and first[0].unavailable
     assert len(silent_server.accepted) == 1
-    assert cache.get(f"jobs:logs-unreachable:{hung_job.pk}:{hung_job.attempt}") is not None
+    node_id = hung_job.allocations.get().device.node_id
+    assert cache.get(f"jobs:logs-unreachable-node:{node_id}") is not None
+
+
+def test_another_jobs_log_on_the_same_node_is_not_tried_again(
+    hung_job: Job, hung_node: Node, silent_server: SilentServer
+) -> None:
+    second_gpu = DeviceFactory(node=hung_node, index=1)
+    other = job_start(job_id=JobFactory(command=["true"]).pk, device_ids=[second_gpu.pk])
+    cache.delete(f"jobs:logs-reading:{other.pk}:{other.attempt}")
+
+    first = job_log_tail(job=hung_job, stream="stdout")
+    second = job_log_tail(job=other, stream="stdout")
+
+    assert first.unavailable and second.unavailable
+    assert second.problem == "The log cannot be read from node hungnode right now."
+    assert len(silent_server.accepted) == 1  # the second page was told from the backoff
