@@ -181,13 +181,10 @@ def _group_name(group: LabGroup | None) -> str | None:
     return None if group is None else group.name
 
 
-# What the audit log records of an admin's edit of an account, besides quotas (their own
-# services) and lab groups (user_lab_groups_set): who the user is, what they may do, and
-# where their jobs are charged by default. Names and e-mail are not powers.
-USER_AUDITED_FIELDS = ("username", "role", "is_active", "default_group")
-
-
 def _user_audited_values(user: User) -> dict[str, Any]:
+    """What the audit log records of an admin's edit of an account, besides quotas (their
+    own services) and lab groups (user_lab_groups_set): who the user is, what they may do,
+    and where their jobs are charged by default. Names and e-mail are not powers."""
     return {
         "username": user.username,
         "role": user.role,
@@ -198,7 +195,7 @@ def _user_audited_values(user: User) -> dict[str, Any]:
 
 def user_account_save(*, actor: User, user: User) -> list[AuditEntry]:
     """Save an admin's edit of a user (`user` holds the new values, as the Django admin's
-    form left them) and audit the change of each of USER_AUDITED_FIELDS, old -> new, in
+    form left them) and audit the change of each `_user_audited_values` field, old -> new, in
     the same transaction. A new user gets one entry: its role.
 
     Only lab admins may (PermissionDenied otherwise). Returns the entries written.
@@ -220,7 +217,7 @@ def user_account_save(*, actor: User, user: User) -> list[AuditEntry]:
             after = _user_audited_values(user)
             changes = {
                 field: (before[field], after[field])
-                for field in USER_AUDITED_FIELDS
+                for field in before
                 if before[field] != after[field]
             }
             user.save()

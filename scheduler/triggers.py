@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
+from config.fail_open_cache import cache_delete
+
 logger = logging.getLogger(__name__)
 
 REQUEST_KEY = "scheduler:round-requested"
@@ -67,9 +69,6 @@ def _round_request_celery() -> None:
 
 
 def round_request_clear() -> None:
-    """Forget the pending request, so the next event asks for a new round."""
-    try:
-        cache.delete(REQUEST_KEY)
-    except Exception:
-        # The key expires by itself; until then requests are coalesced into the timer's.
-        logger.warning("Round request key not cleared: the cache is unreachable.", exc_info=True)
+    """Forget the pending request, so the next event asks for a new round. Without the
+    cache the key expires by itself; until then requests are coalesced into the timer's."""
+    cache_delete(REQUEST_KEY)

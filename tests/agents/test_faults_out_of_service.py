@@ -11,6 +11,26 @@ from cluster.models import Node
 from tests.factories import DeviceFactory, NodeFactory
 
 
+def _gpu0(
+    xids: list[int], *, uuid: str = "GPU-8f6c2a1e-1111-2222-3333-444455556666"
+) -> dict[str, object]:
+    """GPU 0 of an A100 node, idle, as its agent reports it, with these Xid errors."""
+    return {
+        "index": 0,
+        "uuid": uuid,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "lost": False,
+        "memory_total_mb": 81920,
+        "memory_used_mb": 0,
+        "utilization_pct": 0,
+        "temperature_c": 40,
+        "power_w": 60.0,
+        "ecc_uncorrected": 0,
+        "xid_errors": xids,
+        "processes": [],
+    }
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("state", "return_state"),
@@ -25,20 +45,7 @@ def test_a_fault_on_a_node_out_of_service_goes_in_front_of_its_reason(
 ) -> None:
     node = NodeFactory(state=state, return_state=return_state, state_reason="Drained by root: BIOS")
     DeviceFactory(node=node, index=0, uuid="GPU-aa", memory_mb=81920)
-    gpu = {
-        "index": 0,
-        "uuid": "GPU-aa",
-        "name": "NVIDIA A100-SXM4-80GB",
-        "lost": False,
-        "memory_total_mb": 81920,
-        "memory_used_mb": 0,
-        "utilization_pct": 0,
-        "temperature_c": 40,
-        "power_w": 60.0,
-        "ecc_uncorrected": 0,
-        "xid_errors": [79],
-        "processes": [],
-    }
+    gpu = _gpu0([79], uuid="GPU-aa")
 
     assert agent_heartbeat_record(node=node, heartbeat={"gpus": [gpu]})["drained"] is True
     lost = {**gpu, "lost": True, "xid_errors": []}
@@ -53,27 +60,10 @@ def test_a_fault_on_a_node_out_of_service_goes_in_front_of_its_reason(
     )
 
 
-UUID0 = "GPU-8f6c2a1e-1111-2222-3333-444455556666"
+UUID0 = _gpu0([])["uuid"]
 UUID1 = "GPU-8f6c2a1e-aaaa-bbbb-cccc-ddddeeeeffff"
 XID = f"Xid 79 on GPU 0 ({UUID0})"
 MISSING = f"GPU 1 ({UUID1}) is missing from the agent's report"
-
-
-def _gpu0(xids: list[int]) -> dict[str, object]:
-    return {
-        "index": 0,
-        "uuid": UUID0,
-        "name": "NVIDIA A100-SXM4-80GB",
-        "lost": False,
-        "memory_total_mb": 81920,
-        "memory_used_mb": 0,
-        "utilization_pct": 0,
-        "temperature_c": 40,
-        "power_w": 60.0,
-        "ecc_uncorrected": 0,
-        "xid_errors": xids,
-        "processes": [],
-    }
 
 
 def _beats_with_alternating_faults(admin_reason: str) -> list[str]:
