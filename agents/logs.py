@@ -1,11 +1,13 @@
 """Reading a job's log tail for a person: the page's fragment and the REST API share it.
 
-A read, but over SSH inside a web request, so it is kept short: one connect attempt with
-short timeouts (not the tasks' retries), one request at a time per attempt (N open pages
-of a job on a hung node would hold N web threads), a failure remembered for a short while
-instead of retried on every poll, and a DOWN node not tried at all. What went wrong is
-said in two parts: `problem`, for everyone, and `detail` (addresses, key paths, host
-keys), for admins only.
+An attempt that has ended is read from the copy kept in the database (`AttemptLog`,
+made within a minute of its end by `agents.node_logs_archive`), without SSH. Otherwise
+(a running attempt, or an ended one not copied yet) it is read from the node: over SSH
+inside a web request, so kept short: one connect attempt with short timeouts (not the
+tasks' retries), one request at a time per attempt (N open pages of a job on a hung node
+would hold N web threads), a failure remembered for a short while instead of retried on
+every poll, and a DOWN node not tried at all. What went wrong is said in two parts:
+`problem`, for everyone, and `detail` (addresses, key paths, host keys), for admins only.
 """
 
 from __future__ import annotations
@@ -22,15 +24,13 @@ from config.fail_open_cache import cache_add, cache_delete, cache_get, cache_set
 from jobs.choices import HOLDING_STATES
 from jobs.models import Job
 
-from .selectors import finished_attempt_removed, node_of_attempt
+from .runtimes import LOG_TAIL_BYTES
+from .selectors import attempt_log_get, finished_attempt_removed, node_of_attempt
 from .services import agent_logs_tail
 from .ssh import SshBudget
 
 logger = logging.getLogger(__name__)
 
-LOG_STREAMS = ("stdout", "stderr")
-# Enough bytes for 200 ordinary lines; a log of very long lines shows fewer.
-LOG_TAIL_BYTES = 64 * 1024
 # After a node fails to answer, readers are told so from the cache for this long.
 LOG_UNREACHABLE_BACKOFF_SECONDS = 30
 # A web read waits at most this long on each SSH step, and connects once: the tasks' budget
@@ -53,6 +53,7 @@ class LogTail:
     not_started: bool = False  # no attempt has run: there is no log anywhere
     unavailable: bool = False  # there is one, but its node cannot be read now
     removed: bool = False  # there was one, but the node has removed it (kept N days)
+    archived: bool = False  # read from the copy kept when the attempt ended, not the node
 
 
 def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogTail:
@@ -66,6 +67,15 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
     # Only an attempt that is over can have been removed: a live one (the page that
     # refreshes every few seconds) costs no extra query.
     over = job.state not in HOLDING_STATES
+    if over and (archived := attempt_log_get(job_id=job.pk, attempt=job.attempt)) is not None:
+        if not archived.found:
+            return LogTail(
+                stream,
+                problem=f"This attempt's log was no longer on {_where(node)} when it ended, "
+                "so it could not be kept.",
+                removed=True,
+            )
+        return _shown(stream, getattr(archived, stream), max_lines, archived=True)
     if over and node is not None and not node.simulated and finished_attempt_removed(job=job):
         days = settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS
         return LogTail(
@@ -122,13 +132,19 @@ def job_log_tail(*, job: Job, stream: str, max_lines: int | None = None) -> LogT
     if not text and node is not None and node.simulated:
         # agents.simulated runs no process, so there is nothing to tail; say why.
         return LogTail(stream, problem=f"{node.name} is a simulated (demo) node: no log output.")
+    return _shown(stream, text, max_lines)
+
+
+def _shown(stream: str, text: str, max_lines: int | None, *, archived: bool = False) -> LogTail:
+    """`text` as read (its last LOG_TAIL_BYTES), whole or as its last `max_lines` lines
+    the way a terminal shows them."""
     if max_lines is None:
-        return LogTail(stream, text=text, lines=len(_lines(text)))
+        return LogTail(stream, text=text, lines=len(_lines(text)), archived=archived)
     lines = [_as_shown(line) for line in _lines(text)]
     if _read_bytes(text) >= LOG_TAIL_BYTES and len(lines) > 1:
         lines = lines[1:]  # cut at a byte count: the first line is probably partial
     lines = lines[-max_lines:]
-    return LogTail(stream, text="\n".join(lines), lines=len(lines))
+    return LogTail(stream, text="\n".join(lines), lines=len(lines), archived=archived)
 
 
 def _lines(text: str) -> list[str]:

@@ -177,3 +177,33 @@ class JobProgress(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt}: {self.last_progress:g}"
+
+
+class AttemptLog(models.Model):
+    """The tail of one finished attempt's stdout and stderr, copied from its node.
+
+    Copied once the attempt ended and its GPUs were released (`agents.node_logs_archive`,
+    every minute), and again before the node removes the attempt
+    (GPULAB_FINISHED_ATTEMPT_KEEP_DAYS) if that copy was missed. The job page and the API
+    then show an ended attempt's log from here, without SSH: also after the node removed
+    it, and while the node is down. Each stream keeps as much as a live read shows
+    (`agents.logs.LOG_TAIL_BYTES`), so a row holds at most 128 KiB.
+    """
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+")
+    attempt = models.PositiveIntegerField()
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    # False: the node no longer had the attempt when it was copied (removed by hand, or
+    # a node reinstalled); both streams are then empty.
+    found = models.BooleanField(default=True)
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-archived_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="attemptlog_one_per_attempt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"log of job {self.job_id} attempt {self.attempt}"

@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from jobs.validation import command_errors, env_errors, image_errors
 
 CONTAINER_PREFIX = "gpulab"
+LOG_STREAMS = ("stdout", "stderr")
+# What a read of a log returns, live or to keep (`archived_logs_script`): enough bytes for
+# 200 ordinary lines; a log of very long lines shows fewer.
+LOG_TAIL_BYTES = 64 * 1024
 
 # The wrapper, run by `setsid sh -c WRAPPER gpulab-<job>-<attempt> PROGRAM ARGS...`. It
 # is a constant: user input arrives only as its positional parameters ("$@"), never as
@@ -507,6 +511,36 @@ def docker_logs_script(name: str, stream: str, max_lines: int, max_bytes: int) -
     logs = shlex.join(docker_logs_argv(name, max_lines))
     keep = "2>/dev/null" if stream == "stdout" else "2>&1 >/dev/null"
     return f"{logs} {keep} | tail -c {int(max_bytes)}"
+
+
+# `archived_logs_script` exits with this when the node no longer has the attempt.
+ATTEMPT_NOT_ON_NODE = 3
+
+
+def archived_logs_script(
+    *, name: str, run_dir: str, stream: str, max_bytes: int, docker: bool
+) -> str:
+    """One stream of an ended attempt's log, its last `max_bytes`, to keep in the database.
+
+    Unlike a live read, a missing attempt is told apart from an empty log: exit
+    ATTEMPT_NOT_ON_NODE when the run directory (or, on `docker`, the container) is gone,
+    so the copy says "not found" rather than keeping an empty log, or Docker's complaint
+    as the job's stderr. Any other failure (the daemon not answering) exits non-zero too,
+    and the copy is tried again later.
+    """
+    if docker:
+        if parse_attempt_name(name) is None:
+            raise ValueError(f"not an attempt name: {name!r}")
+        inspect = shlex.join(["docker", "container", "inspect", "--format", ".", name])
+        return (
+            f'err=$({inspect} 2>&1 >/dev/null) || {{ case "$err" in '
+            f'*"No such"*) exit {ATTEMPT_NOT_ON_NODE} ;; *) echo "$err" >&2; exit 1 ;; esac; }}; '
+            + docker_logs_script(name, stream, max_lines=2000, max_bytes=max_bytes)
+        )
+    quoted = shlex.quote(run_dir)
+    return f"[ -d {quoted} ] || exit {ATTEMPT_NOT_ON_NODE}; " + wrapped_logs_script(
+        run_dir, stream, max_bytes
+    )
 
 
 def docker_list_argv() -> list[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q, TextField
+from django.db.models import Exists, Max, Min, OuterRef, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -17,7 +17,7 @@ from cluster.models import Device, Node
 from jobs.choices import HOLDING_STATES, JobState
 from jobs.models import Allocation, Job
 
-from .models import JobProgress
+from .models import AttemptLog, JobProgress
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,47 @@ def finished_attempt_removed(*, job: Job, now: datetime | None = None) -> bool:
             Q(released_at__isnull=True) | Q(released_at__gte=ended_before)
         ).exists()
     )
+
+
+# An ended attempt's log is copied within this long of its release, when its node is
+# polled; with GPULAB_FINISHED_ATTEMPT_KEEP_DAYS = 0 (nodes keep every attempt), also
+# for this long: older ones stay readable on their node.
+ARCHIVE_LOOKBACK_DAYS = 30
+
+
+def attempts_to_archive(
+    *, now: datetime | None = None, per_node: int = 50
+) -> dict[int, list[tuple[int, int]]]:
+    """Ended attempts whose logs are not copied yet, by the node that ran them (the one
+    `node_of_attempt` names), newest first, at most `per_node` each; polled nodes only.
+
+    Ended = every device the attempt held is released, so its process is gone and its
+    log complete. Only those released within the keep time: older ones the node has
+    removed, or is about to, and `agent_node_prune` copies what it removes.
+    """
+    keep_days = settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS or ARCHIVE_LOOKBACK_DAYS
+    since = (now or timezone.now()) - timedelta(days=keep_days)
+    same_attempt = {"job_id": OuterRef("job_id"), "attempt": OuterRef("attempt")}
+    rows = (
+        Allocation.objects.filter(released_at__gte=since)
+        .exclude(Exists(Allocation.objects.filter(**same_attempt, released_at__isnull=True)))
+        .exclude(Exists(AttemptLog.objects.filter(**same_attempt)))
+        .values("job_id", "attempt")
+        .annotate(released=Max("released_at"), first_device=Min("device_id"))
+        .order_by("-released", "job_id", "attempt")
+    )
+    pollable = set(nodes_to_poll())
+    node_of_device = dict(Device.objects.filter(node_id__in=pollable).values_list("id", "node_id"))
+    by_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for row in rows.iterator():
+        node_id = node_of_device.get(row["first_device"])
+        if node_id is not None and len(by_node[node_id]) < per_node:
+            by_node[node_id].append((row["job_id"], row["attempt"]))
+    return dict(by_node)
+
+
+def attempt_log_get(*, job_id: int, attempt: int) -> AttemptLog | None:
+    return AttemptLog.objects.filter(job_id=job_id, attempt=attempt).first()
 
 
 def nodes_to_prune() -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import paramiko
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -46,7 +46,7 @@ from jobs.services import (
 from scheduler.triggers import round_request_on_commit
 
 from . import runtimes, simulated
-from .models import NodeHostKey
+from .models import AttemptLog, NodeHostKey
 from .selectors import (
     LAUNCH_UNDELIVERED_REASON,
     LiveAttempt,
@@ -665,6 +665,12 @@ PRUNE_BATCH = 500
 # The listing and the removal may each take this long: thousands of run directories to
 # list, up to PRUNE_BATCH containers with their layers to delete. Within the task's limit.
 PRUNE_COMMAND_SECONDS = 120
+# Copying the logs of what it removes (those `agents.node_logs_archive` missed) begins no
+# copy after this long; the rest stay on the node until a later run.
+PRUNE_COPY_SECONDS = 60
+# The listing, the copies (the last one may take ARCHIVE_COMMAND_SECONDS), the removal and
+# the SSH connect's attempts.
+PRUNE_TIME_LIMIT_SECONDS = 2 * PRUNE_COMMAND_SECONDS + PRUNE_COPY_SECONDS + 30 + 120
 
 
 def agent_node_prune(*, node_id: int, now: datetime | None = None) -> list[tuple[int, int]]:
@@ -686,12 +692,105 @@ def agent_node_prune(*, node_id: int, now: datetime | None = None) -> list[tuple
         kept = {parsed for name in listed.split() if (parsed := runtimes.parse_attempt_name(name))}
         removable = attempts_to_remove(node_id=node_id, kept=kept, ended_before=ended_before)
         removable = removable[:PRUNE_BATCH]
+        # Never remove a log that was not copied: one whose copy fails stays on the node
+        # until a later run copies it.
+        to_copy = _not_archived(removable)
+        copied = _attempt_logs_archive(session, to_copy, seconds=PRUNE_COPY_SECONDS)
+        not_copied = set(to_copy) - copied
+        removable = [pair for pair in removable if pair not in not_copied]
         if removable:
             names = [runtimes.attempt_name(*pair) for pair in removable]
             removal = runtimes.remove_attempts_script(run_root, names, docker=docker)
             session.run(removal, timeout=PRUNE_COMMAND_SECONDS)
             logger.info("Removed %d finished attempts from %s.", len(removable), node.name)
     return removable
+
+
+# What one copy of a stream may take: LOG_TAIL_BYTES at most, read from a file or
+# `docker logs`.
+ARCHIVE_COMMAND_SECONDS = 30
+# A run of `agent_node_logs_archive` begins no copy after this long; what is left waits
+# for the next run, a minute later. With a command's timeout and the SSH connect, within
+# ARCHIVE_TIME_LIMIT_SECONDS.
+ARCHIVE_SECONDS = 45
+ARCHIVE_TIME_LIMIT_SECONDS = 150
+
+
+def agent_node_logs_archive(*, node_id: int, attempts: Sequence[Sequence[int]]) -> int:
+    """Copy the log tails of ended attempts that ran on this node into the database
+    (`AttemptLog`), so their pages show them without SSH, after the node removed them
+    and while it is down. Attempts copied already are skipped. Returns how many it copied.
+    """
+    pending = _not_archived([(int(job_id), int(attempt)) for job_id, attempt in attempts])
+    if not pending:
+        return 0
+    node = Node.objects.get(pk=node_id)
+    with node_ssh(node) as session:
+        return len(_attempt_logs_archive(session, pending, seconds=ARCHIVE_SECONDS))
+
+
+def _not_archived(attempts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Of these attempts, those of existing jobs that have no copied log yet."""
+    if not attempts:
+        return []
+    job_ids = {job_id for job_id, _ in attempts}
+    existing = set(Job.objects.filter(pk__in=job_ids).values_list("pk", flat=True))
+    done = set(AttemptLog.objects.filter(job_id__in=job_ids).values_list("job_id", "attempt"))
+    return [pair for pair in attempts if pair[0] in existing and pair not in done]
+
+
+def _attempt_logs_archive(
+    session: NodeSession, attempts: list[tuple[int, int]], *, seconds: float
+) -> set[tuple[int, int]]:
+    """Copy each attempt's stdout and stderr tails (LOG_TAIL_BYTES each) into AttemptLog;
+    returns the attempts copied. One the node no longer has is recorded as not found.
+    A stream the node could not read leaves its attempt for a later try, and so does
+    every attempt not begun within `seconds` (a slow node must not outlast the task)."""
+    docker = session.node.runtime == Runtime.DOCKER
+    copied: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + seconds
+    for job_id, attempt in attempts:
+        if time.monotonic() > deadline:
+            break
+        streams: dict[str, str] = {}
+        found = True
+        for stream in runtimes.LOG_STREAMS:
+            script = runtimes.archived_logs_script(
+                name=runtimes.attempt_name(job_id, attempt),
+                run_dir=_run_dir(job_id, attempt),
+                stream=stream,
+                max_bytes=runtimes.LOG_TAIL_BYTES,
+                docker=docker,
+            )
+            result = session.run(script, timeout=ARCHIVE_COMMAND_SECONDS)
+            if result.exit_status == runtimes.ATTEMPT_NOT_ON_NODE:
+                found, streams = False, {}
+                break
+            if result.exit_status != 0:
+                logger.warning(
+                    "Log of job %s attempt %s on %s not copied: %s",
+                    job_id, attempt, session.node.name, result.stderr.strip()[-300:],
+                )  # fmt: skip
+                break
+            streams[stream] = result.stdout
+        if found and len(streams) < len(runtimes.LOG_STREAMS):
+            continue  # a stream failed: tried again later
+        try:
+            with transaction.atomic():
+                AttemptLog.objects.get_or_create(
+                    job_id=job_id,
+                    attempt=attempt,
+                    defaults={
+                        "stdout": streams.get("stdout", ""),
+                        "stderr": streams.get("stderr", ""),
+                        "found": found,
+                        "archived_at": timezone.now(),
+                    },
+                )
+        except IntegrityError:
+            continue  # the job was deleted meanwhile
+        copied.add((job_id, attempt))
+    return copied
 
 
 def agent_logs_tail(

@@ -23,11 +23,14 @@ from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
 
 from .heartbeats import metrics_rollup
-from .selectors import attempts_overdue, nodes_to_poll, nodes_to_prune
+from .selectors import attempts_overdue, attempts_to_archive, nodes_to_poll, nodes_to_prune
 from .services import (
+    ARCHIVE_TIME_LIMIT_SECONDS,
+    PRUNE_TIME_LIMIT_SECONDS,
     SSH_MARGIN_SECONDS,
     agent_launch,
     agent_launch_gave_up,
+    agent_node_logs_archive,
     agent_node_poll,
     agent_node_prune,
     agent_stop,
@@ -172,7 +175,7 @@ def agent_poll_all_task() -> int:
     return len(node_ids)
 
 
-@shared_task(name="agents.node_prune", time_limit=SSH_MARGIN_SECONDS)
+@shared_task(name="agents.node_prune", time_limit=PRUNE_TIME_LIMIT_SECONDS)
 def agent_node_prune_task(node_id: int) -> int:
     try:
         return len(agent_node_prune(node_id=node_id))
@@ -194,6 +197,38 @@ def agent_prune_all_task() -> int:
     for node_id in node_ids:
         agent_node_prune_task.apply_async(kwargs={"node_id": node_id}, expires=3600)
     return len(node_ids)
+
+
+@shared_task(name="agents.node_logs_archive", time_limit=ARCHIVE_TIME_LIMIT_SECONDS)
+def agent_node_logs_archive_task(node_id: int, attempts: list[list[int]]) -> int:
+    # One copy per node at a time: a slow node's copy outlasting the minute would have
+    # the next one copy the same logs alongside it.
+    key = f"agents:node-logs-archive:{node_id}"
+    if not cache_add(key, timeout=ARCHIVE_TIME_LIMIT_SECONDS):
+        return 0
+    try:
+        return agent_node_logs_archive(node_id=node_id, attempts=attempts)
+    except SshMisconfigured as exc:
+        _misconfigured(exc, f"copying logs from node {node_id}")
+    except (NodeUnreachable, HostKeyRefused, CommandTimedOut) as exc:
+        # Nothing is lost by waiting: the logs stay on the node, and the next run (or the
+        # clean-up, before it removes them) copies them.
+        logger.info("Logs of node %s not copied now: %s", node_id, exc)
+    finally:
+        cache_delete(key)
+    return 0
+
+
+@shared_task(name="agents.logs_archive_all", time_limit=30)
+def agent_logs_archive_all_task() -> int:
+    """Fan out one copy of ended attempts' logs per node that has some to copy."""
+    by_node = attempts_to_archive()
+    for node_id, attempts in by_node.items():
+        agent_node_logs_archive_task.apply_async(
+            kwargs={"node_id": node_id, "attempts": [list(pair) for pair in attempts]},
+            expires=60,
+        )
+    return len(by_node)
 
 
 @shared_task(name="agents.liveness_sweep", time_limit=60)

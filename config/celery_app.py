@@ -33,6 +33,7 @@ TASK_QUEUES = {
     "agents.node_poll": SSH_QUEUE,
     "agents.node_return_reconcile": SSH_QUEUE,
     "agents.node_prune": SSH_QUEUE,
+    "agents.node_logs_archive": SSH_QUEUE,
 }
 
 
@@ -110,6 +111,12 @@ app.conf.beat_schedule = {
     # Dashboard aggregates: usage per hour, queue and utilization samples, heatmap buckets.
     "dashboard-aggregates": {
         "task": "dashboard.aggregates_update",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    # Real nodes, every minute: copy the logs of attempts that ended into the database.
+    "attempt-logs-archive": {
+        "task": "agents.logs_archive_all",
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },

@@ -26,7 +26,8 @@ from django.views.decorators.vary import vary_on_headers
 from plotly.subplots import make_subplots
 
 from accounts.models import User
-from agents.logs import LOG_STREAMS, job_log_tail
+from agents.logs import job_log_tail
+from agents.runtimes import LOG_STREAMS
 from agents.selectors import job_measured_rates
 from config.errors import ApplicationError, NotFound, ValidationFailed
 from dashboard.charts import PALETTE, figure_json, figure_new

@@ -30,7 +30,8 @@ from ..heartbeats import (
     agent_heartbeat_refused,
     node_agent_token_check,
 )
-from ..logs import LOG_STREAMS, job_log_tail
+from ..logs import job_log_tail
+from ..runtimes import LOG_STREAMS
 from .serializers import HeartbeatInput
 
 
@@ -125,6 +126,9 @@ class LogTailOutput(serializers.Serializer):
     attempt = serializers.IntegerField()
     stream = serializers.ChoiceField(choices=list(LOG_STREAMS))
     text = serializers.CharField()
+    archived = serializers.BooleanField(
+        help_text="Read from the copy kept when the attempt ended, not from the node."
+    )
 
 
 class LogsUnavailableOutput(ErrorOutput):
@@ -134,9 +138,10 @@ class LogsUnavailableOutput(ErrorOutput):
 
 
 class JobLogsApi(APIView):
-    """The tail of the current attempt's stdout or stderr, read from the node (while it
-    runs, too). Students see their own jobs' logs; admins any. When the node cannot be
-    read: 503 with what a student may know; admins also get the technical `cause`."""
+    """The tail of the current attempt's stdout or stderr: read from the node while it
+    runs, and from the copy kept in the database once it has ended. Students see their
+    own jobs' logs; admins any. When the node cannot be read: 503 with what a student may
+    know; admins also get the technical `cause`."""
 
     @extend_schema(
         summary="Job logs (tail)",
@@ -151,8 +156,9 @@ class JobLogsApi(APIView):
             401: NOT_AUTHENTICATED,
             404: error_response("No such job of yours, or it has not started (`not_found`)."),
             410: error_response(
-                "The attempt ended more than GPULAB_FINISHED_ATTEMPT_KEEP_DAYS ago and its "
-                "node has removed its log (`logs_removed`)."
+                "The attempt's log is gone and no copy was kept: its node removed it "
+                "(GPULAB_FINISHED_ATTEMPT_KEEP_DAYS) before it was copied, or no longer "
+                "had it when the attempt ended (`logs_removed`)."
             ),
             503: OpenApiResponse(
                 response=LogsUnavailableOutput,
@@ -176,4 +182,12 @@ class JobLogsApi(APIView):
             if log.detail and request.user.is_lab_admin:
                 body["cause"] = log.detail
             return Response(body, status=503)
-        return Response({"job": job.pk, "attempt": job.attempt, "stream": stream, "text": log.text})
+        return Response(
+            {
+                "job": job.pk,
+                "attempt": job.attempt,
+                "stream": stream,
+                "text": log.text,
+                "archived": log.archived,
+            }
+        )

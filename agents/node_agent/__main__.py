@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:
             return _fail(
                 f"cannot import pynvml ({exc}): install nvidia-ml-py for this Python "
-                f"({sys.executable} -m pip install nvidia-ml-py)."
+                f"({sys.executable} -m pip install nvidia-ml-py), or run the agent "
+                "with a virtualenv's Python that has it (node_bootstrap --python)."
             )
         nvml = pynvml
     try:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents.logs import job_log_tail
+from agents.models import AttemptLog
 from agents.runtimes import kept_attempts_script, remove_attempts_script
 from agents.selectors import nodes_to_prune
 from agents.services import agent_launch, agent_node_poll, agent_node_prune
@@ -178,13 +179,15 @@ def test_a_directory_that_only_looks_like_an_attempt_is_ignored(
     assert (ssh_settings / "gpulab-\u00b2-1").exists()
 
 
-def test_a_removed_log_is_said_so_on_the_page_and_is_410_in_the_api(
+def test_a_removed_log_without_a_kept_copy_is_said_so_on_the_page_and_is_410_in_the_api(
     ssh_node: Node, ssh_settings: Path, settings
 ) -> None:  # type: ignore[no-untyped-def]
     settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS = 7
     job = _finished(ssh_node, released_days_ago=8)
     assert agent_node_prune(node_id=ssh_node.pk) == [(job.pk, 1)]
     assert not (ssh_settings / f"gpulab-{job.pk}-1").exists()
+    # As an attempt removed before logs were copied into the database.
+    AttemptLog.objects.filter(job=job).delete()
 
     log = job_log_tail(job=job, stream="stdout")
     assert log.removed

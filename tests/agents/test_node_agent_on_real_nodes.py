@@ -143,7 +143,10 @@ def test_without_pynvml_the_agent_says_what_to_install(
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
 
     assert main(["--url", "http://cp", "--token-file", str(token_file), "--once"]) == 1
-    assert "pip install nvidia-ml-py" in one_line_error(capsys)
+    line = one_line_error(capsys)
+    assert "pip install nvidia-ml-py" in line
+    # Debian 12's pip refuses the system Python (externally-managed-environment).
+    assert "node_bootstrap --python" in line
 
 
 def test_without_the_nvidia_driver_the_agent_says_what_to_install(

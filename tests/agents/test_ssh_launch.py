@@ -177,7 +177,9 @@ def test_owners_read_their_running_jobs_logs_through_the_api_and_others_cannot(
     stderr = api_as(owner).get(url, {"stream": "stderr"})
 
     assert stdout.status_code == 200
-    assert stdout.json() == {"job": job.pk, "attempt": 1, "stream": "stdout", "text": "out\n"}
+    assert stdout.json() == {
+        "job": job.pk, "attempt": 1, "stream": "stdout", "text": "out\n", "archived": False,
+    }  # fmt: skip
     assert stderr.json()["text"] == "err\n"
     assert api_as(owner).get(url, {"stream": "/etc/passwd"}).status_code == 400
     assert api_as(outsider).get(url).status_code == 404

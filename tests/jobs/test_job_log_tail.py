@@ -8,7 +8,8 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from agents.logs import LOG_TAIL_BYTES, job_log_tail
+from agents.logs import job_log_tail
+from agents.runtimes import LOG_TAIL_BYTES
 from jobs.choices import JobState
 from jobs.models import Allocation
 from tests.factories import JobFactory
