@@ -1,0 +1,387 @@
+"""`gpulab`: submit, watch and cancel your jobs from a terminal, over the REST API.
+
+    gpulab login --url https://gpulab.example.edu      # asks for an API token once
+    gpulab submit --gpus 2 --type a100 pytorch/pytorch:2.4.0 -- python train.py --lr 0.1
+    gpulab jobs                                        # your active jobs, as squeue
+    gpulab wait 42                                     # live status until it ends
+    gpulab logs -f 42                                  # follow its stdout
+    gpulab cancel 42
+
+The server and token come from GPULAB_URL and GPULAB_TOKEN, or from the file `gpulab
+login` writes (~/.config/gpulab/config.json, mode 600). Standard library only: `pip
+install ./cli` from a gpulab checkout, or `python -m cli` in one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from .client import ApiError, Client
+from .render import (
+    duration,
+    job_status_line,
+    log_new_part,
+    since,
+    table,
+    walltime_seconds,
+)
+
+ACTIVE_STATES = ("PENDING", "STARTING", "RUNNING", "PREEMPTING", "LOST")
+TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+POLL_SECONDS = 2.0
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpulab" / "config.json"
+
+
+def settings_read(url_flag: str | None) -> tuple[str, str]:
+    """The server and token: flag or GPULAB_URL, GPULAB_TOKEN, then the config file."""
+    stored: dict[str, str] = {}
+    path = config_path()
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"gpulab: cannot read {path}: {exc}") from None
+    url = url_flag or os.environ.get("GPULAB_URL") or stored.get("url", "")
+    token = os.environ.get("GPULAB_TOKEN") or stored.get("token", "")
+    if not url or not token:
+        raise SystemExit(
+            "gpulab: no server or token: run `gpulab login --url https://your-gpulab`, or "
+            "set GPULAB_URL and GPULAB_TOKEN (an API token from the web page API tokens)."
+        )
+    return url, token
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_login(args: argparse.Namespace, out: TextIO) -> int:
+    url = args.url or os.environ.get("GPULAB_URL")
+    if not url:
+        raise SystemExit("gpulab: give the server: gpulab login --url https://your-gpulab")
+    if sys.stdin.isatty():
+        token = getpass.getpass("API token (from the web page API tokens): ").strip()
+    else:
+        token = sys.stdin.readline().strip()
+    client = Client(url, token)
+    client.request("GET", "/api/v1/jobs/", params={"state": "RUNNING"})  # the token works
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Created private: the token is as good as the password for the API.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as stored:
+        json.dump({"url": url, "token": token}, stored)
+    os.chmod(path, 0o600)
+    print(f"Logged in to {url}; saved in {path}.", file=out)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise SystemExit("gpulab submit: give the command after the image: IMAGE -- ARGV...")
+    spec: dict[str, Any] = {
+        "image": args.image,
+        "command": command,
+        "num_gpus": args.gpus,
+        "accepted_types": args.type or [],
+        "max_retries": args.retries,
+    }
+    for name, value in (
+        ("name", args.name),
+        ("group", args.group),
+        ("consolidation", args.consolidation),
+    ):
+        if value is not None:
+            spec[name] = value
+    if args.env:
+        spec["env"] = dict(args.env)
+    if args.time is not None:
+        spec["walltime_seconds"] = args.time
+    job = client.submit(spec)
+    print(f"Submitted job {job['id']}: {job_status_line(job, _now())}", file=out)
+    if args.wait:
+        return watch(client, job["id"], out=out, interval=args.interval)
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    states = [state.upper() for state in args.state] if args.state else []
+    if not states and not args.all:
+        states = list(ACTIVE_STATES)
+    jobs = list(client.jobs(states=states, owner=args.owner, limit=args.limit))
+    if args.json:
+        json.dump(jobs, out, indent=2)
+        print(file=out)
+        return 0
+    if not jobs:
+        print("No jobs.", file=out)
+        return 0
+    now = _now()
+    rows = []
+    for job in jobs:
+        if job["state"] == "PENDING":
+            time_column = since(job["submitted_at"], now)
+        elif job["state"] in TERMINAL_STATES:
+            time_column = since(job["finished_at"], now) + " ago"
+        else:
+            time_column = since(job["started_at"], now)
+        rows.append(
+            [
+                str(job["id"]),
+                job["name"],
+                job["owner"],
+                job["state"],
+                str(job["num_gpus"]),
+                ",".join(job["accepted_types"]) or "any",
+                str(job["queue_position"] or "-"),
+                time_column,
+                job["reason"],
+            ]
+        )
+    headers = ["ID", "NAME", "OWNER", "STATE", "GPUS", "TYPES", "POS", "TIME", "REASON"]
+    width = shutil.get_terminal_size((120, 24)).columns if out.isatty() else 0
+    print(table(headers, rows, width=width), file=out)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    job = client.job(args.job)
+    if args.json:
+        json.dump(job, out, indent=2)
+        print(file=out)
+        return 0
+    print(job_status_line(job, _now()), file=out)
+    fields = [
+        ("name", job["name"]),
+        ("owner", job["owner"] + (f" ({job['group']})" if job.get("group") else "")),
+        ("image", job["image"]),
+        ("command", " ".join(_shown_arg(arg) for arg in job["command"])),
+        ("gpus", f"{job['num_gpus']} × {', '.join(job['accepted_types']) or 'any type'}"),
+        ("walltime", duration(job["walltime_seconds"]) if job["walltime_seconds"] else "none"),
+        ("attained", f"{job['attained_gpu_hours']} GPU-hours (normalized)"),
+        ("attempt", f"{job['attempt']}, preempted {job['preemption_count']} times"),
+        ("submitted", job["submitted_at"]),
+    ]
+    for name, value in fields:
+        print(f"  {name:<10} {value}", file=out)
+    if job.get("events"):
+        print("history:", file=out)
+        for event in job["events"]:
+            change = f"{event['from_state'] or '-'} → {event['to_state']}"
+            print(f"  {event['created_at']}  {change:<24} {event['message']}", file=out)
+    return 0
+
+
+def _shown_arg(arg: str) -> str:
+    """An argv element as a shell would need it, so the line can be pasted."""
+    return shlex.quote(arg)
+
+
+def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    failed = 0
+    for job_id in args.jobs:
+        try:
+            job = client.cancel(job_id)
+        except ApiError as exc:
+            print(f"gpulab: job {job_id}: {exc.message}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"Cancelled job {job['id']} ({job['state']}).", file=out)
+    return 1 if failed else 0
+
+
+def cmd_logs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    stream = "stderr" if args.stderr else "stdout"
+    text = client.logs(args.job, stream)["text"]
+    out.write(text)
+    out.flush()
+    while args.follow:
+        job = client.job(args.job)
+        if job["state"] in TERMINAL_STATES:
+            # Read once more: what it wrote between the last read and its end.
+            out.write(log_new_part(text, _logs_text(client, args.job, stream, text)))
+            out.flush()
+            return 0
+        time.sleep(args.interval)
+        newer = _logs_text(client, args.job, stream, text)
+        out.write(log_new_part(text, newer))
+        out.flush()
+        text = newer
+    return 0
+
+
+def _logs_text(client: Client, job_id: int, stream: str, last: str) -> str:
+    """The tail now, or the last one read when the node cannot be read this moment."""
+    try:
+        return client.logs(job_id, stream)["text"]
+    except ApiError as exc:
+        if exc.status == 503:
+            return last
+        raise
+
+
+def cmd_wait(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    return watch(client, args.job, out=out, interval=args.interval)
+
+
+def watch(
+    client: Client,
+    job_id: int,
+    *,
+    out: TextIO,
+    interval: float = POLL_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Follow a job until it ends, then exit as it did: 0 when it succeeded, its exit
+    code when it failed (1 without one), 1 when it was cancelled.
+
+    On a terminal one line is redrawn in place (its queue position while it waits, a
+    bar against its walltime while it runs); elsewhere a line is printed per change.
+    """
+    live = out.isatty()
+    shown: tuple[str, Any] | None = None
+    while True:
+        job = client.job(job_id)
+        line = job_status_line(job, _now())
+        if live:
+            width = shutil.get_terminal_size((120, 24)).columns - 1
+            out.write("\r\033[K" + line[:width])
+            out.flush()
+        elif (job["state"], job.get("queue_position")) != shown:
+            # Off a terminal (a log file, a pipe), a line when the state or the queue
+            # position changes, not every tick.
+            print(line, file=out)
+            shown = (job["state"], job.get("queue_position"))
+        if job["state"] in TERMINAL_STATES:
+            if live:
+                print(file=out)
+            if job["state"] == "SUCCEEDED":
+                return 0
+            if job["state"] == "FAILED" and job.get("exit_code"):
+                return max(1, min(int(job["exit_code"]), 255))
+            return 1
+        sleep(interval)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _walltime(text: str) -> int:
+    try:
+        return walltime_seconds(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give minutes (90), HH:MM:SS, D-HH:MM or 2h30m"
+        ) from None
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=value")
+    return name, value
+
+
+def parser_build() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpulab", description="Submit, watch and cancel gpulab jobs."
+    )
+    parser.add_argument("--url", help="The gpulab server (default: GPULAB_URL, or login's).")
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    login = commands.add_parser("login", help="Save the server and an API token.")
+    login.set_defaults(handler=cmd_login, needs_client=False)
+
+    submit = commands.add_parser(
+        "submit",
+        help="Submit a job: gpulab submit [options] IMAGE -- ARGV...",
+        description="Everything after IMAGE is the command, passed as argv (no shell).",
+    )
+    submit.add_argument("--gpus", "-g", type=int, default=1, help="GPUs (default 1).")
+    submit.add_argument(
+        "--type", "-t", action="append", help="An accepted GPU type (repeat; default any)."
+    )
+    submit.add_argument("--name", "-n", help="Job name (default: from the command).")
+    submit.add_argument("--env", "-e", action="append", type=_env_pair, help="NAME=value.")
+    submit.add_argument(
+        "--time", type=_walltime, help="Walltime: minutes (90), HH:MM:SS, D-HH:MM or 2h30m."
+    )
+    submit.add_argument("--retries", type=int, default=0, help="Retries after a failure.")
+    submit.add_argument("--group", help="Charge one of your lab groups (default yours).")
+    submit.add_argument("--consolidation", choices=["required", "preferred", "any"])
+    submit.add_argument("--wait", "-w", action="store_true", help="Then follow it to its end.")
+    submit.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    submit.add_argument("image")
+    submit.add_argument("command", nargs=argparse.REMAINDER)
+    submit.set_defaults(handler=cmd_submit)
+
+    jobs = commands.add_parser("jobs", help="List jobs (default: your active ones).")
+    jobs.add_argument("--all", "-a", action="store_true", help="Finished ones too.")
+    jobs.add_argument("--state", "-s", action="append", help="Only this state (repeat).")
+    jobs.add_argument("--owner", "-u", help="Only this user's (admins).")
+    jobs.add_argument("--limit", type=int, default=50, help="At most this many (default 50).")
+    jobs.add_argument("--json", action="store_true", help="As the API's JSON.")
+    jobs.set_defaults(handler=cmd_jobs)
+
+    show = commands.add_parser("show", help="A job's details and history.")
+    show.add_argument("job", type=int)
+    show.add_argument("--json", action="store_true", help="As the API's JSON.")
+    show.set_defaults(handler=cmd_show)
+
+    logs = commands.add_parser("logs", help="A job's log tail (stdout, or --stderr).")
+    logs.add_argument("job", type=int)
+    logs.add_argument("--stderr", action="store_true")
+    logs.add_argument("--follow", "-f", action="store_true", help="Until the job ends.")
+    logs.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    logs.set_defaults(handler=cmd_logs)
+
+    wait = commands.add_parser("wait", help="Follow a job to its end; exit as it did.")
+    wait.add_argument("job", type=int)
+    wait.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    wait.set_defaults(handler=cmd_wait)
+
+    cancel = commands.add_parser("cancel", help="Cancel jobs of yours.")
+    cancel.add_argument("jobs", type=int, nargs="+", metavar="JOB")
+    cancel.set_defaults(handler=cmd_cancel)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    args = parser_build().parse_args(argv)
+    try:
+        if not getattr(args, "needs_client", True):
+            return args.handler(args, out)
+        url, token = settings_read(args.url)
+        return args.handler(args, Client(url, token), out)
+    except ApiError as exc:
+        print(f"gpulab: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The gpulab REST API (/api/v1/) over the standard library, for the command line.
+
+Only what a student needs: submit, list, show, cancel, logs. Errors come back as one
+`ApiError` whose message is what the API said, with the field named, so the command line
+prints it as is.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+REQUEST_TIMEOUT_SECONDS = 30.0
+USER_AGENT = "gpulab-cli/1"
+
+
+class ApiError(Exception):
+    """The API refused (4xx/5xx), or could not be reached (`status` 0)."""
+
+    def __init__(self, status: int, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib would follow a redirect with the token to any host, even from https to
+    http: refuse, so a wrong URL is an error instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_RefuseRedirects)
+
+
+def error_message(body: Any) -> tuple[str, str]:
+    """(message, code) from an error body: {"detail", "code"} or {field: [messages]}."""
+    if isinstance(body, dict):
+        if "detail" in body:
+            return str(body["detail"]), str(body.get("code", ""))
+        parts = []
+        for field, problems in body.items():
+            if isinstance(problems, dict):  # nested: {"env": {"NAME": [...]}}
+                text = "; ".join(f"{key}: {_joined(value)}" for key, value in problems.items())
+            else:
+                text = _joined(problems)
+            parts.append(f"{field}: {text}")
+        if parts:
+            return "; ".join(parts), "invalid"
+    if isinstance(body, list):
+        return _joined(body), "invalid"
+    return str(body), ""
+
+
+def _joined(value: Any) -> str:
+    return " ".join(str(item) for item in value) if isinstance(value, list) else str(value)
+
+
+class Client:
+    def __init__(self, url: str, token: str) -> None:
+        self.base = url.rstrip("/")
+        self.token = token
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        body: Any = None,
+    ) -> Any:
+        url = f"{self.base}{path}"
+        if params:
+            url = f"{url}?{urllib.parse.urlencode(params)}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Authorization", f"Token {self.token}")
+        request.add_header("Accept", "application/json")
+        request.add_header("User-Agent", USER_AGENT)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with _opener.open(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise self._refusal(exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiError(0, f"cannot reach {self.base}: {reason}") from None
+        return json.loads(raw) if raw else None
+
+    def _refusal(self, exc: urllib.error.HTTPError) -> ApiError:
+        raw = exc.read()
+        try:
+            message, code = error_message(json.loads(raw))
+        except ValueError:
+            message, code = raw.decode(errors="replace").strip()[:200] or exc.reason, ""
+        if 300 <= exc.code < 400:
+            where = exc.headers.get("Location", "elsewhere")
+            message = f"the server redirects to {where}: give GPULAB_URL as that address"
+        if exc.code == 401:
+            message = f"{message} (check GPULAB_TOKEN, or run `gpulab login`)"
+        return ApiError(exc.code, message, code)
+
+    # ------------------------------------------------------------------ the endpoints
+
+    def submit(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/jobs/", body=dict(spec))
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{int(job_id)}/")
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/jobs/{int(job_id)}/cancel/")
+
+    def logs(self, job_id: int, stream: str) -> dict[str, Any]:
+        return self.request(
+            "GET", f"/api/v1/agents/jobs/{int(job_id)}/logs/", params={"stream": stream}
+        )
+
+    def jobs(
+        self, *, states: Sequence[str] = (), owner: str | None = None, limit: int = 50
+    ) -> Iterator[dict[str, Any]]:
+        """Jobs newest first, following pages until `limit`."""
+        params: list[tuple[str, str]] = [("state", ",".join(states))] if states else []
+        if owner:
+            params.append(("owner", owner))
+        page, given = 1, 0
+        while given < limit:
+            data = self.request("GET", "/api/v1/jobs/", params=[*params, ("page", str(page))])
+            for job in data["results"]:
+                yield job
+                given += 1
+                if given >= limit:
+                    return
+            if not data.get("next"):
+                return
+            page += 1

@@ -1,0 +1,167 @@
+"""What the command line prints and parses, exactly: pure functions, no server."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cli.__main__ import cmd_logs
+from cli.client import ApiError, error_message
+from cli.render import (
+    duration,
+    job_status_line,
+    log_new_part,
+    progress_bar,
+    table,
+    walltime_seconds,
+)
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 5400),  # Slurm: a bare number is minutes
+        ("5:30", 330),  # MM:SS
+        ("1:30:00", 5400),  # HH:MM:SS
+        ("2-12", 216000),  # D-HH
+        ("1-02:30", 95400),  # D-HH:MM
+        ("1-00:00:10", 86410),  # D-HH:MM:SS
+        ("45s", 45),
+        ("2h30m", 9000),
+        ("1d", 86400),
+    ],
+)
+def test_walltimes_are_read_as_slurm_reads_them(text: str, seconds: int) -> None:
+    assert walltime_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1.5", "2x", "-3", "1:2:3:4", "a-01", "1-", "h2"])
+def test_a_walltime_that_is_none_of_those_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        walltime_seconds(text)
+
+
+def test_durations_show_the_two_largest_units() -> None:
+    assert [duration(s) for s in (0, 45, 725, 11220, 187200, -5)] == [
+        "0s", "45s", "12m05s", "3h07m", "2d04h", "0s",
+    ]  # fmt: skip
+
+
+def test_the_progress_bar_is_clamped_and_sized() -> None:
+    assert progress_bar(0.375, width=8) == "[###-----]  38%"
+    assert progress_bar(2.0, width=4) == "[####] 100%"
+    assert progress_bar(-1, width=4) == "[----]   0%"
+
+
+def test_a_table_pads_columns_and_cuts_the_last_to_the_width() -> None:
+    text = table(["ID", "REASON"], [["7", "Behind: 3 jobs in queue 0"], ["12", "ok"]], width=16)
+    assert text.splitlines() == ["ID  REASON", "7   Behind: 3 j…", "12  ok"]
+
+
+def _job(**fields: object) -> dict:
+    return {"id": 5, "state": "PENDING", "reason": "", **fields}
+
+
+def test_the_status_line_says_where_a_job_is() -> None:
+    submitted = (NOW - timedelta(minutes=5, seconds=3)).isoformat()
+    started = (NOW - timedelta(minutes=30)).isoformat()
+    pending = _job(queue_position=3, submitted_at=submitted, reason="Behind: 2 jobs")
+    assert job_status_line(pending, NOW) == (
+        "job 5 PENDING, position 3 in the queue, waiting 5m03s: Behind: 2 jobs"
+    )
+    running = _job(state="RUNNING", started_at=started, walltime_seconds=3600)
+    assert job_status_line(running, NOW) == (
+        "job 5 RUNNING [############------------]  50% 30m00s of 1h00m"
+    )
+    assert job_status_line(_job(state="RUNNING", started_at=started), NOW) == (
+        "job 5 RUNNING for 30m00s"
+    )
+    failed = _job(state="FAILED", exit_code=2, reason="Exited with 2.")
+    assert job_status_line(failed, NOW) == "job 5 FAILED (exit 2): Exited with 2."
+
+
+def test_a_log_read_again_adds_only_what_is_new() -> None:
+    assert log_new_part("", "a\nb\n") == "a\nb\n"
+    assert log_new_part("a\nb\n", "a\nb\nc\n") == "c\n"
+    assert log_new_part("a\nb\n", "a\nb\n") == ""
+    # The tail window slid: the start of the old read is gone from the new one.
+    before = "".join(f"line {n}\n" for n in range(100))
+    assert log_new_part(before, before[70:] + "line 100\n") == "line 100\n"
+    # Repeated output: what precedes the anchor must be the end of the previous read too.
+    assert log_new_part("." * 300, "." * 300 + "done\n") == "done\n"
+    # More was written than one read holds: everything read is new.
+    assert log_new_part("a\nb\n", "q\nr\n") == "q\nr\n"
+
+
+def test_api_errors_become_one_line_naming_the_field() -> None:
+    assert error_message({"detail": "Not found.", "code": "not_found"}) == (
+        "Not found.",
+        "not_found",
+    )
+    assert error_message({"num_gpus": ["Must be 1 or more."], "image": ["Required."]}) == (
+        "num_gpus: Must be 1 or more.; image: Required.",
+        "invalid",
+    )
+    assert error_message({"env": {"bad name": ["Not a variable name."]}})[0] == (
+        "env: bad name: Not a variable name."
+    )
+
+
+def test_the_client_runs_on_python_3_9() -> None:
+    # Login nodes and laptops: nothing newer than 3.9's grammar (no match, no except*).
+    for path in Path("cli").glob("*.py"):
+        ast.parse(path.read_text(), feature_version=(3, 9))
+
+
+class FollowedJob:
+    """A client whose job prints a line per read, ends after three, and whose node once
+    cannot be read (503)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def logs(self, job_id: int, stream: str) -> dict:
+        self.reads += 1
+        if self.reads == 2:
+            raise ApiError(503, "The log cannot be read from node n1 right now.")
+        return {"text": "".join(f"step {n}\n" for n in range(self.reads))}
+
+    def job(self, job_id: int) -> dict:
+        return {"state": "SUCCEEDED" if self.reads >= 4 else "RUNNING"}
+
+
+def test_following_a_log_prints_each_line_once_through_an_unreadable_moment() -> None:
+    out = io.StringIO()
+    args = argparse.Namespace(job=1, stderr=False, follow=True, interval=0)
+
+    assert cmd_logs(args, FollowedJob(), out) == 0  # type: ignore[arg-type]
+
+    assert out.getvalue() == "step 0\nstep 1\nstep 2\nstep 3\nstep 4\n"
+
+
+def test_the_client_imports_only_the_standard_library() -> None:
+    # `pip install ./cli` declares no dependencies: anything else would fail on import.
+    for path in Path("cli").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        roots = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        roots |= {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and not node.level
+        }
+        assert roots <= set(sys.stdlib_module_names), (
+            f"{path.name}: {roots - set(sys.stdlib_module_names)}"
+        )
