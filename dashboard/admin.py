@@ -24,7 +24,15 @@ class QueueSampleAdmin(admin.ModelAdmin):
 
 @admin.register(UtilizationSample)
 class UtilizationSampleAdmin(admin.ModelAdmin):
-    list_display = ("at", "device_type", "devices", "schedulable", "allocated", "used")
+    list_display = (
+        "at",
+        "device_type",
+        "devices",
+        "schedulable",
+        "allocated",
+        "used",
+        "used_allocated",
+    )
     date_hierarchy = "at"
 
 

@@ -8,11 +8,14 @@ the `plotly` package (see `dashboard.finders`), and auto-refresh redraws it in p
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import plotly.graph_objects as go
 from django.utils import timezone
+
+from .services import HOUR, hour_starts
 
 # Okabe–Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -98,3 +101,101 @@ def hour_categories(periods: Sequence[datetime]) -> tuple[list[str], dict[str, o
         ticktext.append(text)
     axis = {"type": "category", "tickmode": "array", "tickvals": tickvals, "ticktext": ticktext}
     return labels, axis
+
+
+# Explicit ticks of a `TimeAxis` across a daylight saving change: the smallest step that
+# leaves at most MAX_TICK_GAPS gaps between ticks (24 h: every 6 h, 7 d: daily, 30 d: weekly).
+MAX_TICK_GAPS = 7
+TICK_HOURS = (1, 2, 3, 6, 12)
+TICK_DAYS = (1, 2, 7, 14)
+
+
+def _repeat_suffix(local: datetime) -> str:
+    """The zone's abbreviation (" EDT") where the wall clock reads `local`'s time twice
+    (01:30 EDT, then 01:30 EST), or its UTC offset where even that repeats; else ""."""
+    twin = local.replace(fold=1 - local.fold)
+    if twin.utcoffset() == local.utcoffset():
+        return ""
+    name = local.tzname()
+    return f" {name}" if name and name != twin.tzname() else f" {_utc_offset(local)}"
+
+
+def wall_clock_label(moment: datetime) -> str:
+    """`chart_time`, with the zone where the wall clock reads that time twice."""
+    local = timezone.localtime(moment)
+    return f"{local:%Y-%m-%d %H:%M}{_repeat_suffix(local)}"
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """Where a line or heatmap over time draws its moments, and how it names them.
+
+    plotly.js reads a date string's wall clock and drops its UTC offset, so x is local
+    wall-clock text (`chart_time`). Where the zone's offset changes within the chart, that
+    text repeats an hour (autumn: 01:00 EDT, then 01:00 EST, drawn at one x) or skips one.
+    There, x is every moment at one fixed offset, that of the chart's last moment: a date
+    axis that runs evenly in real time, which the chart's ticks (`axis`) and hover text
+    (`hover`, `points`) label with the true wall clock. Elsewhere x is the wall clock
+    itself, plotly places the ticks, and the figure is what it always was.
+    """
+
+    offset: timedelta | None  # the fixed offset of x; None: x is the wall clock
+    axis: dict[str, object]  # x-axis settings (explicit ticks across a change)
+
+    @property
+    def hover(self) -> str:
+        """What a hovertemplate names the moment by."""
+        return "%{x}" if self.offset is None else "%{text}"
+
+    def x(self, moments: Iterable[datetime]) -> list[str]:
+        if self.offset is None:
+            return [chart_time(moment) for moment in moments]
+        return [f"{moment.astimezone(UTC) + self.offset:%Y-%m-%d %H:%M}" for moment in moments]
+
+    def points(self, moments: Sequence[datetime]) -> dict[str, list[str]]:
+        """A trace's `x` and, across a change, its `text` (the wall clock, for `hover`)."""
+        if self.offset is None:
+            return {"x": self.x(moments)}
+        return {"x": self.x(moments), "text": [wall_clock_label(m) for m in moments]}
+
+
+def time_axis(moments: Iterable[datetime]) -> TimeAxis:
+    """The `TimeAxis` of a chart of `moments` (all its traces', so they share one x)."""
+    moments = sorted(moments)
+    if len({timezone.localtime(moment).utcoffset() for moment in moments}) < 2:
+        return TimeAxis(offset=None, axis={})
+    first, last = moments[0], moments[-1]
+    fixed = TimeAxis(offset=timezone.localtime(last).utcoffset() or timedelta(0), axis={})
+    span_hours = (last - first) / HOUR
+    hours = next((step for step in TICK_HOURS if span_hours / step <= MAX_TICK_GAPS), None)
+    days = next(
+        (step for step in TICK_DAYS if span_hours / 24 / step <= MAX_TICK_GAPS), TICK_DAYS[-1]
+    )
+    tickvals: list[str] = []
+    ticktext: list[str] = []
+    # Ticks on local hour starts: `hour_starts` follows the zone's real hours, also on the
+    # day of a change.
+    for start in hour_starts(first, last):
+        local = timezone.localtime(start)
+        if start < first:
+            continue
+        if hours is not None:  # every few hours, dated (as plotly dates) first and at midnight
+            if local.minute or local.hour % hours:
+                continue
+            text = f"{local:%H:%M}{_repeat_suffix(local)}"
+            if not tickvals or local.hour == 0:
+                text += f"<br>{local:%b} {local.day}, {local.year}"
+        else:  # at the start of every day or few days, the year on the first tick
+            if timezone.localdate(start - timedelta(microseconds=1)) == local.date():
+                continue  # not the day's first hour
+            if local.date().toordinal() % days:
+                continue
+            text = f"{local:%b} {local.day}"
+            if not tickvals:
+                text += f"<br>{local.year}"
+        tickvals.extend(fixed.x([start]))
+        ticktext.append(text)
+    return TimeAxis(
+        offset=fixed.offset,
+        axis={"type": "date", "tickmode": "array", "tickvals": tickvals, "ticktext": ticktext},
+    )

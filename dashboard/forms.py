@@ -188,9 +188,17 @@ class UsageRangeForm(forms.Form):
             self.add_error("end", "The end date is after today.")
             return data
         start: date = data.get("start") or end - timedelta(days=USAGE_DEFAULT_DAYS - 1)
-        if end < start:
+        # A range error names a date the user gave: with `start` alone the end is today by
+        # default, so the start is what to change.
+        end_given = data.get("end") is not None
+        too_long = f"At most {USAGE_MAX_DAYS} days per report"
+        if end < start and end_given:
             self.add_error("end", "The end date is before the start date.")
+        elif end < start:
+            self.add_error("start", "The start date is after today.")
+        elif (end - start).days + 1 > USAGE_MAX_DAYS and end_given:
+            self.add_error("end", f"{too_long}.")
         elif (end - start).days + 1 > USAGE_MAX_DAYS:
-            self.add_error("end", f"At most {USAGE_MAX_DAYS} days per report.")
+            self.add_error("start", f"{too_long} (without an end, it ends today).")
         data["start"], data["end"] = start, end
         return data

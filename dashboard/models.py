@@ -67,7 +67,10 @@ class UtilizationSample(models.Model):
     """One device type at one moment: how many devices exist, are allocated, are used.
 
     `used` is the sum of utilization fractions of that type's devices (two GPUs at 50%
-    count as one GPU used), from the latest heartbeat of each device.
+    count as one GPU used), from the latest heartbeat of each device. `used_allocated` is
+    the same sum over the devices a job holds right now (those `allocated` counts), so
+    "used of allocated" is not credited with a free GPU's load, a cancelled job's process
+    still stopping, or work started outside gpulab.
     """
 
     at = models.DateTimeField()
@@ -78,6 +81,11 @@ class UtilizationSample(models.Model):
     schedulable = models.PositiveIntegerField(help_text="Devices on UP nodes.")
     allocated = models.PositiveIntegerField()
     used = models.FloatField()
+    used_allocated = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Use summed over the allocated devices only; null: sampled before it was.",
+    )
 
     class Meta:
         ordering = ["-at", "device_type_id"]

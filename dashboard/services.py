@@ -10,7 +10,7 @@ import math
 import time
 import uuid
 from bisect import bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -313,13 +313,15 @@ def _utilization_sample(*, now: datetime) -> int:
         .values("device_type_id")
         .annotate(devices=Count("id"), schedulable=Count("id", filter=Q(node__state=NodeState.UP)))
     )
-    allocated = dict(
+    # The devices jobs hold now (device -> type); one live allocation per device at most
+    # (`allocation_one_live_per_device`). An ended allocation whose device is not released
+    # yet, a cancelled job's process still stopping, is not held: no job uses that GPU.
+    held = dict(
         Allocation.objects.filter(ended_at__isnull=True, job__state__in=HOLDING_STATES)
         .order_by()
-        .values("device__device_type_id")
-        .annotate(held=Count("id"))
-        .values_list("device__device_type_id", "held")
+        .values_list("device_id", "device__device_type_id")
     )
+    allocated = Counter(held.values())
     latest: dict[int, tuple[int, float]] = {}
     readings = (
         # In-service GPUs only, as `devices` counts them: a retired GPU's last reading is
@@ -333,8 +335,11 @@ def _utilization_sample(*, now: datetime) -> int:
     for device_id, type_id, utilization in readings:
         latest[device_id] = (type_id, (utilization or 0) / 100.0)
     used: dict[int, float] = defaultdict(float)
-    for type_id, fraction in latest.values():
+    used_allocated: dict[int, float] = defaultdict(float)
+    for device_id, (type_id, fraction) in latest.items():
         used[type_id] += fraction
+        if device_id in held:
+            used_allocated[type_id] += fraction
     samples = [
         UtilizationSample(
             at=now,
@@ -343,6 +348,7 @@ def _utilization_sample(*, now: datetime) -> int:
             schedulable=row["schedulable"],
             allocated=allocated.get(row["device_type_id"], 0),
             used=round(used.get(row["device_type_id"], 0.0), 3),
+            used_allocated=round(used_allocated.get(row["device_type_id"], 0.0), 3),
         )
         for row in per_type
     ]

@@ -29,8 +29,18 @@ class SeriesPointOutput(serializers.Serializer):
     at = serializers.DateTimeField(help_text="Start of the averaging bucket.")
     devices = serializers.IntegerField()
     allocated = serializers.FloatField(help_text="Mean GPUs held by jobs over the bucket.")
+    allocated_peak = serializers.IntegerField(
+        help_text="Most GPUs held by jobs at one sample of the bucket."
+    )
     used = serializers.FloatField(
-        help_text="Mean GPUs' worth busy (sum of utilization fractions) over the bucket."
+        help_text="Mean GPUs' worth busy (sum of utilization fractions) over the bucket, "
+        "held or not."
+    )
+    used_allocated = serializers.FloatField(
+        allow_null=True,
+        help_text="The same, over the GPUs held by jobs only (a free GPU's load, or a "
+        "cancelled job's process still stopping, is not counted); null for a bucket with "
+        "samples taken before this was recorded.",
     )
 
 

@@ -125,7 +125,11 @@ class SeriesPoint:
     at: datetime  # start of the bucket
     devices: int
     allocated: float  # mean GPUs allocated over the bucket
-    used: float  # mean GPUs' worth of utilization (two GPUs at 50 % = 1.0)
+    allocated_peak: int  # most GPUs allocated at one sample of the bucket
+    used: float  # mean GPUs' worth of utilization (two GPUs at 50 % = 1.0), any GPU
+    # Mean GPUs' worth of utilization of the allocated GPUs only; None where a sample of
+    # the bucket predates that reading (migration 0004): a part would not be a mean.
+    used_allocated: float | None
 
 
 @dataclass(frozen=True)
@@ -146,14 +150,23 @@ class TypeSeries:
         return sum(p.used for p in self.points) / len(self.points) if self.points else 0.0
 
     @property
-    def allocated_peak(self) -> float:
-        return max((p.allocated for p in self.points), default=0.0)
+    def allocated_peak(self) -> int:
+        """The most GPUs allocated at any one sample (not the peak of bucket means)."""
+        return max((p.allocated_peak for p in self.points), default=0)
 
     @property
     def used_of_allocated_pct(self) -> float | None:
-        """Of the GPUs allocated on average, the share actually used (None if none were)."""
-        allocated = self.allocated_mean
-        return 100.0 * self.used_mean / allocated if allocated > 0 else None
+        """How busy the allocated GPUs were: their use as a share of the GPUs allocated.
+
+        Over the buckets that measured the allocated GPUs' use only: a free GPU's load, or
+        a cancelled job's process still stopping, is not use of an allocation. None if no
+        such bucket had a GPU allocated.
+        """
+        measured = [p for p in self.points if p.used_allocated is not None]
+        allocated = sum(p.allocated for p in measured)
+        if allocated <= 0:
+            return None
+        return 100.0 * sum(p.used_allocated or 0.0 for p in measured) / allocated
 
 
 def allocation_series(*, window: Window, now: datetime | None = None) -> list[TypeSeries]:
@@ -169,17 +182,31 @@ def allocation_series(*, window: Window, now: datetime | None = None) -> list[Ty
         UtilizationSample.objects.filter(at__gte=window_start(window=window, now=now), at__lte=now)
         .annotate(bucket=_EpochBucket("at", seconds=seconds))
         .values("device_type__name", "bucket")
-        .annotate(devices=Max("devices"), allocated=Avg("allocated"), used=Avg("used"))
+        .annotate(
+            devices_max=Max("devices"),
+            allocated_avg=Avg("allocated"),
+            allocated_max=Max("allocated"),
+            used_avg=Avg("used"),
+            used_allocated_avg=Avg("used_allocated"),
+            unmeasured=Count("id", filter=Q(used_allocated__isnull=True)),
+        )
         .order_by("device_type__name", "bucket")
     )
     series: dict[str, list[SeriesPoint]] = {}
     for row in rows:
+        used_allocated = row["used_allocated_avg"]
         series.setdefault(row["device_type__name"], []).append(
             SeriesPoint(
                 at=datetime.fromtimestamp(row["bucket"] * seconds, tz=UTC),
-                devices=row["devices"],
-                allocated=round(row["allocated"], 3),
-                used=round(row["used"], 3),
+                devices=row["devices_max"],
+                allocated=round(row["allocated_avg"], 3),
+                allocated_peak=row["allocated_max"],
+                used=round(row["used_avg"], 3),
+                used_allocated=(
+                    round(used_allocated, 3)
+                    if used_allocated is not None and not row["unmeasured"]
+                    else None
+                ),
             )
         )
     return [TypeSeries(device_type=name, points=points) for name, points in series.items()]

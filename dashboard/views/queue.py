@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from ..charts import chart_time, figure_json, figure_new
+from ..charts import figure_json, figure_new, time_axis
 from ..selectors import queue as queue_selectors
 from ..selectors.aggregates import cached_on_aggregates
 
@@ -107,15 +107,22 @@ def _queue_length_chart(now: datetime) -> QueueLengthChart:
 
 def _queue_length_figure(series):  # type: ignore[no-untyped-def]
     figure = figure_new(y_title="pending jobs", height=300)
+    # One x for every level; distinct also across a daylight saving change (`TimeAxis`).
+    axis = time_axis(at for points in series.values() for at, _ in points)
     for level, points in sorted(series.items()):
+        trace_x = axis.points([at for at, _ in points])
+        if axis.offset is not None:
+            # The wall clock for hover; stacked areas otherwise name their point by x.
+            trace_x["hovertemplate"] = f"{axis.hover}<br>%{{y}}<extra>%{{fullData.name}}</extra>"
         figure.add_scatter(
-            x=[chart_time(at) for at, _ in points],
+            **trace_x,
             y=[pending for _, pending in points],
             name=f"queue {level}",
             mode="lines",
             stackgroup="levels",
             line={"width": 1},
         )
+    figure.update_xaxes(**axis.axis)
     if not series:
         figure.add_annotation(
             text="No samples yet", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"

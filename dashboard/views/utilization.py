@@ -19,7 +19,7 @@ from django.utils import timezone
 from accounts.choices import Role
 from accounts.models import User
 
-from ..charts import PALETTE, chart_time, figure_json, figure_new, hour_categories
+from ..charts import PALETTE, figure_json, figure_new, hour_categories, time_axis
 from ..selectors.aggregates import cached_on_aggregates
 from ..selectors.utilization import (
     DEFAULT_WINDOW,
@@ -42,6 +42,8 @@ from ..selectors.utilization import (
 REFRESH_SECONDS = 60
 # Admins all see the same usage breakdown; an unsaved admin (owning no usage) stands for them.
 ANY_ADMIN = User(role=Role.ADMIN)
+# The end of a hovertemplate that names the trace.
+NAMED = "<extra>%{fullData.name}</extra>"
 
 
 def _time_figure(*, y_title: str) -> go.Figure:
@@ -65,29 +67,32 @@ def allocated_used_figure(series: list[TypeSeries]) -> go.Figure:
     figure = _time_figure(y_title="GPUs")
     if not any(s.points for s in series):
         return _empty(figure, "No utilization samples in this window yet.")
+    # One x for every type; distinct also across a daylight saving change (`TimeAxis`).
+    axis = time_axis(point.at for type_series in series for point in type_series.points)
     for i, type_series in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
-        x = [chart_time(point.at) for point in type_series.points]
+        points = axis.points([point.at for point in type_series.points])
         figure.add_trace(
             go.Scatter(
-                x=x,
+                **points,
                 y=[point.allocated for point in type_series.points],
                 name=f"{type_series.device_type} allocated",
                 mode="lines",
                 line={"color": colour, "width": 2, "shape": "hv"},
-                hovertemplate="%{x}<br>%{y:.1f} allocated<extra>%{fullData.name}</extra>",
+                hovertemplate=f"{axis.hover}<br>%{{y:.1f}} allocated{NAMED}",
             )
         )
         figure.add_trace(
             go.Scatter(
-                x=x,
+                **points,
                 y=[point.used for point in type_series.points],
                 name=f"{type_series.device_type} used",
                 mode="lines",
                 line={"color": colour, "width": 2, "dash": "dot"},
-                hovertemplate="%{x}<br>%{y:.2f} used<extra>%{fullData.name}</extra>",
+                hovertemplate=f"{axis.hover}<br>%{{y:.2f}} used{NAMED}",
             )
         )
+    figure.update_xaxes(**axis.axis)
     figure.update_yaxes(rangemode="tozero")
     return figure
 
@@ -125,9 +130,15 @@ def heatmap_figure(heatmap: Heatmap) -> go.Figure:
     figure = figure_new(height=height)
     if not heatmap.rows:
         return _empty(figure, "No devices registered yet.")
+    # Columns distinct also across a daylight saving change (`TimeAxis`); there, a heatmap
+    # takes its hover text per cell.
+    axis = time_axis(heatmap.starts)
+    points = axis.points(heatmap.starts)
+    if axis.offset is not None:
+        points["text"] = [points["text"]] * len(heatmap.rows)
     figure.add_trace(
         go.Heatmap(
-            x=[chart_time(start) for start in heatmap.starts],
+            **points,
             y=[row.label for row in heatmap.rows],
             z=[row.values for row in heatmap.rows],
             zmin=0,
@@ -135,9 +146,10 @@ def heatmap_figure(heatmap: Heatmap) -> go.Figure:
             colorscale="Blues",
             colorbar={"title": {"text": "%"}, "thickness": 12},
             hoverongaps=False,
-            hovertemplate="%{y} · %{x}<br>%{z:.0f} % used<extra></extra>",
+            hovertemplate=f"%{{y}} · {axis.hover}<br>%{{z:.0f}} % used<extra></extra>",
         )
     )
+    figure.update_xaxes(**axis.axis)
     # Devices top to bottom in the order of the table below.
     figure.update_yaxes(autorange="reversed", type="category")
     # Room for the longest label ("a0/0 (retired 14:05)"), at about 7 px a character.
@@ -188,7 +200,9 @@ def _usage_part(viewer: User, window: Window, as_of: datetime | None) -> dict[st
 
 
 def utilization_cache_key(window: Window) -> str:
-    return f"utilization:{window.key}"
+    # "v2": its series points gained fields (peak, allocated GPUs' use); a point cached by
+    # the code before would lack them until the next aggregation run.
+    return f"utilization-v2:{window.key}"
 
 
 def usage_cache_key(window: Window, viewer: User) -> str:
