@@ -187,7 +187,7 @@ class AttemptLog(models.Model):
     (GPULAB_FINISHED_ATTEMPT_KEEP_DAYS) if that copy was missed. The job page and the API
     then show an ended attempt's log from here, without SSH: also after the node removed
     it, and while the node is down. Each stream keeps as much as a live read shows
-    (`agents.logs.LOG_TAIL_BYTES`), so a row holds at most 128 KiB.
+    (`agents.runtimes.LOG_TAIL_BYTES`), so a row holds about 128 KiB at most.
     """
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+")

@@ -531,11 +531,20 @@ def archived_logs_script(
     if docker:
         if parse_attempt_name(name) is None:
             raise ValueError(f"not an attempt name: {name!r}")
+        if stream not in {"stdout", "stderr"}:
+            raise ValueError(f"stream must be stdout or stderr, not {stream!r}")
         inspect = shlex.join(["docker", "container", "inspect", "--format", ".", name])
+        logs = shlex.join(docker_logs_argv(name, 2000))
+        keep = "2>/dev/null" if stream == "stdout" else "2>&1 >/dev/null"
+        # `docker logs`' own status, not the pipeline's (tail's): a log Docker cannot read
+        # (a json-file log corrupted by a full disk) fails the copy, to be tried again,
+        # rather than keeping Docker's complaint as the job's stderr. Without pipefail,
+        # which dash lacks: the status leaves the pipe on fd 3, the log on fd 4.
         return (
             f'err=$({inspect} 2>&1 >/dev/null) || {{ case "$err" in '
             f'*"No such"*) exit {ATTEMPT_NOT_ON_NODE} ;; *) echo "$err" >&2; exit 1 ;; esac; }}; '
-            + docker_logs_script(name, stream, max_lines=2000, max_bytes=max_bytes)
+            f"{{ status=$( {{ {{ {logs} {keep}; echo $? >&3; }} | tail -c {int(max_bytes)} >&4; "
+            '} 3>&1 ); } 4>&1; [ "$status" = 0 ] || { echo "docker logs failed" >&2; exit 1; }'
         )
     quoted = shlex.quote(run_dir)
     return f"[ -d {quoted} ] || exit {ATTEMPT_NOT_ON_NODE}; " + wrapped_logs_script(

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import paramiko
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db import DataError, IntegrityError, transaction
+from django.db.models import Exists, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import User
@@ -710,10 +710,10 @@ def agent_node_prune(*, node_id: int, now: datetime | None = None) -> list[tuple
 # `docker logs`.
 ARCHIVE_COMMAND_SECONDS = 30
 # A run of `agent_node_logs_archive` begins no copy after this long; what is left waits
-# for the next run, a minute later. With a command's timeout and the SSH connect, within
-# ARCHIVE_TIME_LIMIT_SECONDS.
+# for the next run, a minute later. Its task's limit adds the last copy's two commands
+# and the SSH connect's attempts (3 × 10 s by default), with room for slower settings.
 ARCHIVE_SECONDS = 45
-ARCHIVE_TIME_LIMIT_SECONDS = 150
+ARCHIVE_TIME_LIMIT_SECONDS = ARCHIVE_SECONDS + 2 * ARCHIVE_COMMAND_SECONDS + 135
 
 
 def agent_node_logs_archive(*, node_id: int, attempts: Sequence[Sequence[int]]) -> int:
@@ -772,9 +772,15 @@ def _attempt_logs_archive(
                     job_id, attempt, session.node.name, result.stderr.strip()[-300:],
                 )  # fmt: skip
                 break
-            streams[stream] = result.stdout
+            # PostgreSQL's text refuses NUL, which a job's binary output may hold: shown as
+            # the replacement character, one byte, as an undecodable byte already is.
+            streams[stream] = result.stdout.replace("\x00", "\ufffd")
         if found and len(streams) < len(runtimes.LOG_STREAMS):
             continue  # a stream failed: tried again later
+        if not found and not _attempt_ran(job_id, attempt):
+            # Its launch failed before the node made anything (a bad image, a refused
+            # label): no log was lost, the job's reason says what happened.
+            found = True
         try:
             with transaction.atomic():
                 AttemptLog.objects.get_or_create(
@@ -789,8 +795,29 @@ def _attempt_logs_archive(
                 )
         except IntegrityError:
             continue  # the job was deleted meanwhile
+        except (DataError, ValueError) as exc:
+            # Text the database still refuses: this attempt stays on the node, the others
+            # of the batch are copied (and cleaned up) all the same.
+            logger.warning("Log of job %s attempt %s not kept: %s", job_id, attempt, exc)
+            continue
         copied.add((job_id, attempt))
     return copied
+
+
+def _attempt_ran(job_id: int, attempt: int) -> bool:
+    """Whether the attempt reached RUNNING: its job's RUNNING event lies within the span
+    its devices were held."""
+    span = Allocation.objects.filter(job_id=job_id, attempt=attempt).aggregate(
+        began=Min("started_at"), ended=Max("ended_at")
+    )
+    if span["began"] is None:
+        return False
+    events = JobEvent.objects.filter(
+        job_id=job_id, to_state=JobState.RUNNING, created_at__gte=span["began"]
+    )
+    if span["ended"] is not None:
+        events = events.filter(created_at__lte=span["ended"])
+    return events.exists()
 
 
 def agent_logs_tail(

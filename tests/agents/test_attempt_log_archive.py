@@ -26,6 +26,7 @@ from cluster.models import Node
 from config.celery_app import SSH_QUEUE, app, queue_name, task_route
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
+from jobs.services import job_launch_failed
 from tests.agents.conftest import started_job, wait_for
 from tests.factories import DeviceFactory, JobFactory, NodeFactory, UserFactory
 
@@ -175,6 +176,38 @@ def test_an_attempt_the_node_no_longer_has_is_recorded_as_not_found(
     assert client.get(f"/api/v1/agents/jobs/{job.pk}/logs/").json()["code"] == "logs_removed"
 
 
+def test_a_log_with_nul_bytes_is_kept_and_the_batch_and_clean_up_go_on(
+    ssh_node: Node, ssh_settings: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.GPULAB_FINISHED_ATTEMPT_KEEP_DAYS = 7
+    older = _ended(ssh_node, released_days_ago=8)
+    binary = _ended(ssh_node, command=["printf", "before\\000after\\n"], released_days_ago=8)
+
+    assert agent_node_prune(node_id=ssh_node.pk) == sorted([(older.pk, 1), (binary.pk, 1)])
+
+    # PostgreSQL's text refuses NUL: kept as the replacement character.
+    assert AttemptLog.objects.get(job=binary).stdout == "before\ufffdafter\n"
+    assert AttemptLog.objects.get(job=older).stdout == "one\ntwo\n"
+    assert list(ssh_settings.iterdir()) == []
+
+
+def test_an_attempt_whose_launch_made_nothing_on_the_node_is_not_a_lost_log(
+    ssh_node: Node,
+) -> None:
+    job = started_job(ssh_node, command=["true"])
+    # Refused before the node was touched (a bad image, a refused label).
+    job_launch_failed(job_id=job.pk, message="Image reference 'x y' is not valid.")
+    assert attempts_to_archive() == {ssh_node.pk: [(job.pk, 1)]}
+
+    assert agent_node_logs_archive(node_id=ssh_node.pk, attempts=[[job.pk, 1]]) == 1
+
+    log = job_log_tail(job=Job.objects.get(pk=job.pk), stream="stdout")
+    assert (log.removed, log.problem, log.text) == (False, "", "")
+    client = APIClient()
+    client.force_authenticate(job.owner)
+    assert client.get(f"/api/v1/agents/jobs/{job.pk}/logs/").status_code == 200
+
+
 def test_a_long_log_keeps_its_last_bytes(ssh_node: Node) -> None:
     job = _ended(ssh_node, command=["sh", "-c", "seq 1 100000"])
     agent_node_logs_archive(node_id=ssh_node.pk, attempts=[[job.pk, 1]])
@@ -254,7 +287,9 @@ last "$@"; c="$STATE/containers/$n"
 case "$1" in
   container) [ -d "$c" ] || { echo "Error: No such container: $n" >&2; exit 1; } ;;
   logs) [ -d "$c" ] || { echo "Error: No such container: $n" >&2; exit 1; }
-        cat "$c/stdout"; cat "$c/stderr" >&2 ;;
+        cat "$c/stdout"; cat "$c/stderr" >&2
+        [ -e "$c/corrupt" ] && { echo "Error grabbing logs" >&2; exit 1; }
+        true ;;
 esac
 """
 
@@ -290,6 +325,12 @@ def test_a_docker_copy_reads_each_stream_and_tells_a_missing_container_from_a_fa
     missing = _docker_copy("gpulab-8-1", "stderr", fake_docker)
     # Not "Error: No such container" kept as the job's stderr.
     assert (missing.returncode, missing.stdout) == (ATTEMPT_NOT_ON_NODE, "")
+
+    # A log Docker cannot read to its end: not a copy, and not Docker's complaint as stderr.
+    (tmp_path / "containers" / "gpulab-7-2" / "corrupt").touch()
+    for stream in ("stdout", "stderr"):
+        corrupt = _docker_copy("gpulab-7-2", stream, fake_docker)
+        assert corrupt.returncode == 1 and "docker logs failed" in corrupt.stderr
 
     (tmp_path / "daemon-down").touch()
     down = _docker_copy("gpulab-7-2", "stdout", fake_docker)
