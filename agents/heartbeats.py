@@ -264,6 +264,8 @@ def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, 
     errors that grew; or a GPU registered here that the agent no longer reports at all
     (fallen off the bus before the agent started, or removed: Slurm drains a node whose
     GPU count drops the same way; an admin retires a removed GPU in the Django admin).
+    Not a GPU an admin cordoned: it is out of service already, and its node may serve
+    with the others (`cluster.services.device_cordon`); its readings are still recorded.
     """
     # Few GPUs per node: one indexed query each for the last ECC count.
     previous = {
@@ -275,6 +277,9 @@ def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, 
     }
     faults = []
     for gpu in gpus:
+        registered = devices.get(gpu["uuid"])  # a GPU lost before it registered is not
+        if registered is not None and registered.cordoned_at is not None:
+            continue
         where = f"GPU {gpu['index']} ({gpu['uuid']})"
         codes = ", ".join(str(code) for code in gpu["xid_errors"])
         if gpu["lost"]:
@@ -288,7 +293,7 @@ def _hardware_faults(node: Node, gpus: list[dict[str, Any]], devices: dict[str, 
             faults.append(f"{ecc} uncorrected ECC errors on {where}")
     reported = {gpu["uuid"] for gpu in gpus}
     for index, uuid in (
-        Device.objects.filter(node=node, kind=DeviceKind.GPU)
+        Device.objects.filter(node=node, kind=DeviceKind.GPU, cordoned_at__isnull=True)
         .exclude(uuid__in=reported)
         .order_by("index")
         .values_list("index", "uuid")

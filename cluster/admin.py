@@ -208,11 +208,19 @@ class DeviceAdmin(admin.ModelAdmin):
         "memory_mb",
         "uuid",
         "retired_at",
+        "cordon_reason",
     ]
-    list_filter = ["kind", "device_type", "node", ("retired_at", admin.EmptyFieldListFilter)]
+    list_filter = [
+        "kind",
+        "device_type",
+        "node",
+        ("retired_at", admin.EmptyFieldListFilter),
+        ("cordoned_at", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["uuid", "model_name", "node__name"]
-    # Set by heartbeats when another GPU takes the slot, or by the action below.
-    readonly_fields = ["retired_at"]
+    # Set by heartbeats when another GPU takes the slot, or by the action below; a cordon
+    # on the cluster page (with its reason, audited).
+    readonly_fields = ["retired_at", "cordoned_at", "cordon_reason"]
     actions = ["retire"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Device]:

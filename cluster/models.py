@@ -112,6 +112,11 @@ class Device(models.Model):
         help_text="When another GPU took this one's slot; a retired GPU is never scheduled "
         "and keeps its history. Cleared if it is reported again.",
     )
+    # An admin took this one GPU out of service (a sick GPU, where draining the node would
+    # idle its healthy ones too): no new job starts on it; a job running there finishes.
+    # Its hardware faults no longer drain the node (`agents.heartbeats`).
+    cordoned_at = models.DateTimeField(null=True, blank=True)
+    cordon_reason = models.CharField(max_length=255, blank=True)
 
     # The default manager hides retired devices (related managers such as node.devices use
     # it too); `all_objects` finds them, e.g. a GPU put back into a node.

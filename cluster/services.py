@@ -282,9 +282,83 @@ def device_retire(*, device_id: int, now: datetime | None = None, by: User | Non
                 by=by,
                 by_username="",
                 kind=AuditEntry.TargetKind.DEVICE,
-                name=f"{device.node.name}/{device.index} {device.uuid}"[:150],
+                name=_device_audit_name(device),
                 field="retired_at",
                 old="",
                 new=device.retired_at.isoformat(),
             )
+    return device
+
+
+# --------------------------------------------------------------------------- cordon
+
+
+def _device_for_update(device_id: int) -> Device:
+    """The in-service device, locked (only its row: the node's is for its heartbeats)."""
+    device = (
+        Device.objects.select_for_update(of=("self",))
+        .select_related("node")
+        .filter(pk=device_id)
+        .first()
+    )
+    if device is None:
+        raise NotFound(f"Device {device_id} does not exist.")
+    return device
+
+
+def _device_audit_name(device: Device) -> str:
+    return f"{device.node.name}/{device.index} {device.uuid}"[:150]
+
+
+def device_cordon(*, device_id: int, reason: str, by: User | None = None) -> Device:
+    """Take one GPU out of service: no new job starts on it; a job running there
+    finishes (as a node drain does, for one device). For a sick GPU, where draining its
+    node would idle the healthy ones too: cordon it, then undrain the node, whose faults
+    from this GPU then no longer drain it (`agents.heartbeats`).
+
+    Cordoning a cordoned GPU changes nothing and writes no audit row; a new cordon
+    writes one, with the reason.
+    """
+    reason = " ".join(reason.split())
+    if not reason:
+        raise ValidationFailed({"reason": ["Say why the GPU is cordoned (e.g. Xid 79)."]})
+    username = by.username if by is not None else ""
+    who = f" by {username}" if username else ""
+    with transaction.atomic():
+        device = _device_for_update(device_id)
+        if device.cordoned_at is not None:
+            return device
+        device.cordoned_at = timezone.now()
+        device.cordon_reason = f"Cordoned{who}: {reason}"[:255]
+        device.save(update_fields=["cordoned_at", "cordon_reason"])
+        _audit(
+            by=by,
+            by_username="",
+            kind=AuditEntry.TargetKind.DEVICE,
+            name=_device_audit_name(device),
+            field="cordoned",
+            old="no",
+            new=f"yes: {reason}",
+        )
+    return device
+
+
+def device_uncordon(*, device_id: int, by: User | None = None) -> Device:
+    """Put a cordoned GPU back into service (the next round may start jobs on it)."""
+    with transaction.atomic():
+        device = _device_for_update(device_id)
+        if device.cordoned_at is None:
+            return device
+        device.cordoned_at = None
+        device.cordon_reason = ""
+        device.save(update_fields=["cordoned_at", "cordon_reason"])
+        _audit(
+            by=by,
+            by_username="",
+            kind=AuditEntry.TargetKind.DEVICE,
+            name=_device_audit_name(device),
+            field="cordoned",
+            old="yes",
+            new="no",
+        )
     return device

@@ -78,6 +78,7 @@ class UtilizationSample(models.Model):
         "cluster.DeviceType", on_delete=models.CASCADE, related_name="+"
     )
     devices = models.PositiveIntegerField()
+    # Not cordoned either (`dashboard.services._utilization_sample`).
     schedulable = models.PositiveIntegerField(help_text="Devices on UP nodes.")
     allocated = models.PositiveIntegerField()
     used = models.FloatField()

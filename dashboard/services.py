@@ -311,7 +311,11 @@ def _utilization_sample(*, now: datetime) -> int:
     per_type = (
         Device.objects.order_by()
         .values("device_type_id")
-        .annotate(devices=Count("id"), schedulable=Count("id", filter=Q(node__state=NodeState.UP)))
+        .annotate(
+            devices=Count("id"),
+            # Where new jobs may start: on an UP node, and not cordoned.
+            schedulable=Count("id", filter=Q(node__state=NodeState.UP, cordoned_at__isnull=True)),
+        )
     )
     # The devices jobs hold now (device -> type); one live allocation per device at most
     # (`allocation_one_live_per_device`). An ended allocation whose device is not released

@@ -8,6 +8,10 @@ urlpatterns = [
     path("cluster/", cluster.cluster_page, name="cluster"),
     path("cluster/nodes/<int:node_id>/drain/", cluster.node_drain_page, name="node-drain"),
     path("cluster/nodes/<int:node_id>/undrain/", cluster.node_undrain_page, name="node-undrain"),
+    path("cluster/gpus/<int:device_id>/cordon/", cluster.device_cordon_page, name="gpu-cordon"),
+    path(
+        "cluster/gpus/<int:device_id>/uncordon/", cluster.device_uncordon_page, name="gpu-uncordon"
+    ),
     path("utilization/", utilization.utilization_page, name="utilization"),
     path("fairness/", fairness.fairness_page, name="fairness"),
     path("usage/", usage.usage_report_page, name="usage"),

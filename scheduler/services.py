@@ -213,7 +213,8 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
 
 
 def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
-    """Of `device_ids`, those no job may start on now: retired, gone, or on a node not UP.
+    """Of `device_ids`, those no job may start on now: retired, cordoned, gone, or on a
+    node not UP.
 
     On PostgreSQL the rows are locked FOR SHARE until the round commits, nodes first and
     then devices (the order a heartbeat takes them in; it locks only its own node, and a
@@ -236,21 +237,23 @@ def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
             )
             node_state = dict(cursor.fetchall())
             cursor.execute(
-                f"SELECT id, node_id, retired_at FROM {device_table} "
+                f"SELECT id, node_id, retired_at, cordoned_at FROM {device_table} "
                 "WHERE id = ANY(%s) ORDER BY id FOR SHARE",
                 [ids],
             )
             rows = cursor.fetchall()
     else:
         rows = list(
-            Device.all_objects.filter(pk__in=ids).values_list("id", "node_id", "retired_at")
+            Device.all_objects.filter(pk__in=ids).values_list(
+                "id", "node_id", "retired_at", "cordoned_at"
+            )
         )
-        node_ids = {node_id for _, node_id, _ in rows}
+        node_ids = {row[1] for row in rows}
         node_state = dict(Node.objects.filter(pk__in=node_ids).values_list("id", "state"))
     usable = {
         device_id
-        for device_id, node_id, retired_at in rows
-        if retired_at is None and node_state.get(node_id) == NodeState.UP
+        for device_id, node_id, retired_at, cordoned_at in rows
+        if retired_at is None and cordoned_at is None and node_state.get(node_id) == NodeState.UP
     }
     return device_ids - usable
 
@@ -317,7 +320,12 @@ def _apply_start(
     start: Start, unschedulable: set[int], owner_refused: dict[int, str], result: ApplyResult
 ) -> None:
     if unschedulable.intersection(start.device_ids):
-        _drop(result, "start", start.job_id, "a device was retired or its node stopped taking work")
+        _drop(
+            result,
+            "start",
+            start.job_id,
+            "a device was retired or cordoned, or its node stopped taking work",
+        )
         return
     if start.job_id in owner_refused:
         _drop(result, "start", start.job_id, owner_refused[start.job_id])

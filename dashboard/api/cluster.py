@@ -28,6 +28,11 @@ class DeviceOutput(serializers.Serializer):
             "been seen to stop; nothing new starts on it until then."
         )
     )
+    cordoned = serializers.BooleanField(
+        help_text="Taken out of service by an admin: nothing new starts here; a job running "
+        "here finishes."
+    )
+    cordon_reason = serializers.CharField(help_text="Who cordoned it and why; empty if not.")
     mine = serializers.BooleanField(help_text="Held by one of the caller's jobs.")
     job_id = serializers.IntegerField(
         allow_null=True,
@@ -68,7 +73,9 @@ class CountsOutput(serializers.Serializer):
         help_text="Not held, but an ended job's process on it is still being stopped."
     )
     free = serializers.IntegerField(help_text="Not held, on an up node.")
-    out_of_service = serializers.IntegerField(help_text="Not held, on a down or drained node.")
+    out_of_service = serializers.IntegerField(
+        help_text="Not held: cordoned, or on a down or drained node."
+    )
     held_back = serializers.IntegerField(help_text="Not held, on a suspect or draining node.")
 
 

@@ -61,6 +61,10 @@ class DeviceCell:
     # Let go of by a cancelled or timed-out job whose process the node has not yet been
     # seen to stop: the scheduler starts nothing here until it has (Slurm's COMPLETING).
     stopping: bool
+    # Taken out of service by an admin (`cluster.services.device_cordon`): nothing new
+    # starts here; a job running here finishes. The reason says who and why.
+    cordoned: bool
+    cordon_reason: str
     mine: bool
     job_id: int | None
     job_owner: str | None
@@ -118,8 +122,8 @@ class ClusterCounts:
 
     `allocated`: held by a job, wherever; `stopping`: let go of by a job whose process is
     still being stopped. Of the rest, `free` are on UP nodes (the scheduler can start work
-    there), `out_of_service` on DOWN or DRAINED nodes, and `held_back` on SUSPECT or
-    DRAINING nodes (no new work starts there for now).
+    there), `out_of_service` cordoned or on DOWN or DRAINED nodes, and `held_back` on
+    SUSPECT or DRAINING nodes (no new work starts there for now).
     """
 
     total: int
@@ -238,6 +242,8 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
                     model_name=device.model_name,
                     allocated=holder is not None,
                     stopping=holder is None and device.pk in stopping,
+                    cordoned=device.cordoned_at is not None,
+                    cordon_reason=device.cordon_reason,
                     mine=mine,
                     job_id=holder[0] if visible else None,
                     job_owner=holder[2] if visible else None,
@@ -256,9 +262,9 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
                 allocated += 1
             elif device.pk in stopping:
                 stopping_count += 1
-            elif node.state == NodeState.UP:
+            elif node.state == NodeState.UP and device.cordoned_at is None:
                 free += 1
-            elif node.state in OUT_OF_SERVICE_STATES:
+            elif node.state in OUT_OF_SERVICE_STATES or device.cordoned_at is not None:
                 out_of_service += 1
             else:
                 held_back += 1

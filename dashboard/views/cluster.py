@@ -18,8 +18,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
 from cluster.choices import DRAIN_STATES, NodeState, node_can_drain, node_can_undrain
-from cluster.models import Node
-from cluster.services import node_drain, node_undrain
+from cluster.models import Device, Node
+from cluster.services import device_cordon, device_uncordon, node_drain, node_undrain
 
 from ..selectors.cluster import FRESH_READING, HEALTH_WINDOW, age_text, cluster_overview
 
@@ -137,4 +137,59 @@ def node_undrain_page(request: HttpRequest, node_id: int) -> HttpResponse:
         )
     else:
         messages.error(request, f"Node {node.name} is {_state_words(undrained)}; not undrained.")
+    return redirect("dashboard:cluster")
+
+
+# --------------------------------------------------------------------------- GPU cordon
+
+
+def _admin_device(request: HttpRequest, device_id: int) -> Device:
+    # Checked before the lookup, as for nodes.
+    if not request.user.is_lab_admin:
+        raise PermissionDenied("Only admins cordon and uncordon GPUs.")
+    return get_object_or_404(Device.objects.select_related("node"), pk=device_id)
+
+
+def _gpu_name(device: Device) -> str:
+    return f"GPU {device.index} of {device.node.name}"
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def device_cordon_page(request: HttpRequest, device_id: int) -> HttpResponse:
+    device = _admin_device(request, device_id)
+    if request.method != "POST":
+        messages.info(request, f"{_gpu_name(device)} was not cordoned; press Cordon to cordon it.")
+        return redirect("dashboard:cluster")
+    form = NodeDrainForm(request.POST)
+    if not form.is_valid():
+        errors = " ".join(form.errors.get("reason", []))
+        messages.error(request, f"{_gpu_name(device)} not cordoned. Reason: {errors}")
+        return redirect("dashboard:cluster")
+    if device.cordoned_at is not None:
+        messages.info(request, f"{_gpu_name(device)} is cordoned already.")
+        return redirect("dashboard:cluster")
+    device_cordon(device_id=device.pk, reason=form.cleaned_data["reason"], by=request.user)
+    messages.success(
+        request,
+        f"{_gpu_name(device)} is cordoned: no new job starts on it; a job running there "
+        "finishes. Its faults no longer drain the node.",
+    )
+    return redirect("dashboard:cluster")
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def device_uncordon_page(request: HttpRequest, device_id: int) -> HttpResponse:
+    device = _admin_device(request, device_id)
+    if request.method != "POST":
+        messages.info(
+            request, f"{_gpu_name(device)} was not uncordoned; press Uncordon to uncordon it."
+        )
+        return redirect("dashboard:cluster")
+    if device.cordoned_at is None:
+        messages.info(request, f"{_gpu_name(device)} is not cordoned.")
+        return redirect("dashboard:cluster")
+    device_uncordon(device_id=device.pk, by=request.user)
+    messages.success(request, f"{_gpu_name(device)} is back in service.")
     return redirect("dashboard:cluster")
