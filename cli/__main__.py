@@ -114,6 +114,8 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         spec["env"] = dict(args.env)
     if args.time is not None:
         spec["walltime_seconds"] = args.time
+    if args.dependency is not None:
+        spec["dependency"], spec["depends_on"] = args.dependency
     job = client.submit(spec)
     print(f"Submitted job {job['id']}: {job_status_line(job, _now())}", file=out)
     if args.wait:
@@ -179,6 +181,10 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         ("attempt", f"{job['attempt']}, preempted {job['preemption_count']} times"),
         ("submitted", job["submitted_at"]),
     ]
+    if job.get("depends_on"):
+        ids = ", ".join(f"#{pk}" for pk in job["depends_on"])
+        goal = "succeed" if job.get("dependency") == "afterok" else "end"
+        fields.append(("waits for", f"{ids} to {goal}"))
     for name, value in fields:
         print(f"  {name:<10} {value}", file=out)
     if job.get("events"):
@@ -296,6 +302,17 @@ def _walltime(text: str) -> int:
         ) from None
 
 
+def _dependency(text: str) -> tuple[str, list[int]]:
+    """Slurm's `--dependency` form: `afterok:12:13`, `afterany:12`; bare ids mean afterok."""
+    kind, colon, rest = text.partition(":")
+    if not colon:
+        kind, rest = "afterok", text
+    ids = [part for part in rest.replace(",", ":").split(":") if part]
+    if kind not in ("afterok", "afterany") or not ids or not all(i.isdigit() for i in ids):
+        raise argparse.ArgumentTypeError(f"{text!r}: give afterok:ID[:ID...] or afterany:ID...")
+    return kind, [int(i) for i in ids]
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     name, equals, value = text.partition("=")
     if not equals or not name:
@@ -330,6 +347,12 @@ def parser_build() -> argparse.ArgumentParser:
     submit.add_argument("--retries", type=int, default=0, help="Retries after a failure.")
     submit.add_argument("--group", help="Charge one of your lab groups (default yours).")
     submit.add_argument("--consolidation", choices=["required", "preferred", "any"])
+    submit.add_argument(
+        "--dependency",
+        "-d",
+        type=_dependency,
+        help="Start after jobs of yours: afterok:12:13 (they succeeded) or afterany:12.",
+    )
     submit.add_argument("--wait", "-w", action="store_true", help="Then follow it to its end.")
     submit.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
     submit.add_argument("image")

@@ -68,6 +68,13 @@ class Consolidation(models.TextChoices):
     ANY = "any", "Any: placement does not matter"
 
 
+class DependencyKind(models.TextChoices):
+    """When a job may start after the jobs it depends on (Slurm's --dependency types)."""
+
+    AFTER_OK = "afterok", "After they all succeed"
+    AFTER_ANY = "afterany", "After they all end, however"
+
+
 class EventActor(models.TextChoices):
     USER = "user", "User"
     SCHEDULER = "scheduler", "Scheduler"

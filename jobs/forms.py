@@ -8,7 +8,7 @@ from django import forms
 
 from accounts.models import User
 
-from .choices import Consolidation
+from .choices import Consolidation, DependencyKind
 from .models import Job
 from .services import JobSpec
 from .validation import MAX_COMMAND_LAUNCH_BYTES, MAX_WALLTIME_SECONDS
@@ -65,6 +65,18 @@ class JobSubmitForm(forms.Form):
         help_text="One NAME=value per line.",
     )
     group = forms.ChoiceField(required=False)
+    depends_on = forms.CharField(
+        required=False,
+        label="Run after jobs",
+        help_text="Optional: ids of jobs of yours, e.g. 12, 13 (Slurm's --dependency).",
+    )
+    dependency = forms.ChoiceField(
+        choices=DependencyKind.choices,
+        initial=DependencyKind.AFTER_OK,
+        required=False,
+        label="Start",
+        help_text="When those jobs have all succeeded, or all ended however.",
+    )
 
     def __init__(self, *args, user: User, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
@@ -85,6 +97,14 @@ class JobSubmitForm(forms.Form):
         if not argv:
             raise forms.ValidationError("Give a command.")
         return argv
+
+    def clean_depends_on(self) -> list[int]:
+        raw = (self.cleaned_data.get("depends_on") or "").replace(",", " ").split()
+        ids = [part.removeprefix("#") for part in raw]
+        bad = [part for part in ids if not part.isascii() or not part.isdigit()]
+        if bad:
+            raise forms.ValidationError(f"Not a job id: {', '.join(bad)}.")
+        return [int(part) for part in ids]
 
     def clean_accepted_types(self) -> list[str]:
         raw = self.cleaned_data.get("accepted_types") or ""
@@ -127,6 +147,8 @@ class JobSubmitForm(forms.Form):
             walltime_seconds=walltime * 60 if walltime else None,
             max_retries=data["max_retries"],
             group=data.get("group") or None,
+            depends_on=data["depends_on"],
+            dependency=data.get("dependency") or DependencyKind.AFTER_OK,
         )
 
 
@@ -150,6 +172,8 @@ def initial_from_job(job: Job) -> dict[str, object]:
         "walltime_minutes": -(-walltime // 60) if walltime else None,
         "max_retries": job.max_retries,
         "env": "\n".join(f"{name}={value}" for name, value in job.env.items()),
+        "depends_on": ", ".join(str(pk) for pk in job.depends_on.values_list("pk", flat=True)),
+        "dependency": job.dependency,
     }
     if job.group is not None:
         initial["group"] = job.group.name

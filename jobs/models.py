@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from .choices import Consolidation, EventActor, JobState
+from .choices import Consolidation, DependencyKind, EventActor, JobState
 
 
 class Job(models.Model):
@@ -34,6 +34,14 @@ class Job(models.Model):
     )
     walltime_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_retries = models.PositiveSmallIntegerField(default=0)
+    # Jobs this one waits for (Slurm's --dependency): it is not scheduled before they have
+    # all ended (afterany) or all succeeded (afterok); `scheduler.snapshot` holds it.
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, related_name="dependents", blank=True
+    )
+    dependency = models.CharField(
+        max_length=8, choices=DependencyKind.choices, default=DependencyKind.AFTER_OK
+    )
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     reason = models.CharField(

@@ -94,6 +94,21 @@ def job_list(
     return jobs.order_by("-submitted_at", "-id")
 
 
+@dataclass(frozen=True)
+class Dependency:
+    job_id: int | None  # None: a job the viewer may not see
+    state: str
+
+
+def job_dependencies(*, job: Job, user: User) -> list[Dependency]:
+    """The jobs `job` waits for, with their states; ones `user` may not see unnamed."""
+    needed = list(job.depends_on.order_by("pk").values_list("pk", "state"))
+    if not needed:
+        return []
+    visible = set(jobs_visible_by_id(user=user, job_ids=[pk for pk, _ in needed]))
+    return [Dependency(pk if pk in visible else None, state) for pk, state in needed]
+
+
 def job_events(*, job: Job) -> QuerySet[JobEvent]:
     return job.events.select_related("actor_user").order_by("created_at", "id")
 

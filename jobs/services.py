@@ -32,6 +32,7 @@ from .choices import (
     TERMINAL_STATES,
     TRANSITIONS,
     Consolidation,
+    DependencyKind,
     EventActor,
     JobState,
 )
@@ -53,6 +54,8 @@ class JobSpec:
     walltime_seconds: Any = None
     max_retries: Any = 0
     group: Any = None  # group name; None = the owner's default group
+    depends_on: Any = field(default_factory=list)  # ids of jobs of the owner's to wait for
+    dependency: Any = DependencyKind.AFTER_OK.value
 
 
 # --------------------------------------------------------------------------- submission
@@ -108,6 +111,11 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
         ),
     )
     group = _resolve_group(owner=owner, group_name=spec.group, errors=errors)
+    check("depends_on", validation.dependency_ids_errors(spec.depends_on))
+    if spec.dependency not in DependencyKind.values:
+        check("dependency", [f"Choose one of: {', '.join(DependencyKind.values)}."])
+    elif "depends_on" not in errors:
+        check("depends_on", _dependency_errors(owner, spec.depends_on, spec.dependency))
 
     # Capacity and GPU caps need a valid count and valid types; report them alongside
     # the other fields' errors so one round trip shows everything that is wrong.
@@ -153,6 +161,7 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
             consolidation=spec.consolidation,
             walltime_seconds=spec.walltime_seconds,
             max_retries=spec.max_retries,
+            dependency=spec.dependency,
             state=JobState.PENDING,
             reason="Waiting for the next scheduling round.",
             queue_entered_at=now,
@@ -165,8 +174,38 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
             actor_user=owner,
             message=f"Submitted: {num_gpus} GPU(s), image {job.image}.",
         )
+        if spec.depends_on:
+            job.depends_on.set(spec.depends_on)
         round_request_on_commit()
     return job
+
+
+def _dependency_errors(owner: User, job_ids: list[int], kind: str) -> list[str]:
+    """Why jobs `job_ids` cannot be waited for: not the owner's (an admin may wait for
+    anyone's), or, for afterok, already failed or cancelled, so never to succeed."""
+    if not job_ids:
+        return []
+    visible = Job.objects.filter(pk__in=job_ids)
+    if not owner.is_lab_admin:
+        visible = visible.filter(owner=owner)
+    state_of = dict(visible.values_list("pk", "state"))
+    errors = []
+    missing = [job_id for job_id in job_ids if job_id not in state_of]
+    if missing:
+        errors.append(f"No job {', '.join(map(str, missing))} of yours.")
+    if kind == DependencyKind.AFTER_OK:
+        never = [
+            f"{job_id} ({state_of[job_id].lower()})"
+            for job_id in job_ids
+            if state_of.get(job_id) in (JobState.FAILED, JobState.CANCELLED)
+        ]
+        if never:
+            which = f"Job {never[0]} has" if len(never) == 1 else f"Jobs {', '.join(never)} have"
+            errors.append(
+                f"{which} ended without succeeding, so this job would never start; "
+                "use afterany to run after it all the same."
+            )
+    return errors
 
 
 def _resolve_group(

@@ -137,6 +137,22 @@ def integer_errors(value: Any, *, minimum: int, maximum: int | None = None) -> l
     return []
 
 
+MAX_DEPENDENCIES = 64
+
+
+def dependency_ids_errors(value: Any) -> list[str]:
+    """A list of distinct job ids (the database checks that they are the submitter's)."""
+    if not isinstance(value, list) or not all(
+        isinstance(item, int) and not isinstance(item, bool) and item > 0 for item in value
+    ):
+        return ["Give a list of job ids (whole numbers), e.g. [12, 13]."]
+    if len(set(value)) != len(value):
+        return ["A job is listed twice."]
+    if len(value) > MAX_DEPENDENCIES:
+        return [f"At most {MAX_DEPENDENCIES} jobs."]
+    return []
+
+
 def accepted_types_errors(accepted_types: Any, known: set[str]) -> list[str]:
     if not isinstance(accepted_types, list) or not all(isinstance(t, str) for t in accepted_types):
         return ["Give a list of device type names (empty = any)."]

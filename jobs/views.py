@@ -224,6 +224,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             )
             / 60.0,
             "measured_speeds": sorted(job_measured_rates(job_id=job.pk, now=now).items()),
+            "dependencies": selectors.job_dependencies(job=job, user=request.user),
             "show_gpu_use": show_gpu_use,
             "gpu_figure": _gpu_use_figure(gpu_use) if show_gpu_use else "",
             # The chart's numbers in words, for screen readers and pages without JavaScript.

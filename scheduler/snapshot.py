@@ -29,7 +29,7 @@ from agents.selectors import JobProgram, argv_text, measured_rates
 from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, Node
 from cluster.selectors import jobs_may_span_nodes
-from jobs.choices import TERMINAL_STATES, JobState
+from jobs.choices import TERMINAL_STATES, DependencyKind, JobState
 from jobs.models import Allocation, Job
 from scheduler.core.accounting import (
     decay_usage,
@@ -73,6 +73,48 @@ def not_a_member_reason(group_name: str) -> str:
         "back, or the job can be cancelled and submitted again"
     )
     return str(Reason(ReasonCode.INVALID_ACCOUNT, detail))
+
+
+def dependency_reasons(pending: dict[int, str]) -> dict[int, str]:
+    """Of pending jobs (id -> dependency kind), those their dependencies hold back, with
+    the reason: some still to end (afterany) or to succeed (afterok); or, for afterok,
+    one that ended without succeeding, so the job never starts (Slurm's
+    DependencyNeverSatisfied: it stays pending for its owner to cancel or resubmit)."""
+    if not pending:
+        return {}
+    edges: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    through = Job.depends_on.through
+    for job_id, needed_id, needed_state in through.objects.filter(
+        from_job_id__in=list(pending)
+    ).values_list("from_job_id", "to_job_id", "to_job__state"):
+        edges[job_id].append((needed_id, needed_state))
+    reasons: dict[int, str] = {}
+    for job_id, needed in edges.items():
+        needed.sort()
+        if pending[job_id] == DependencyKind.AFTER_OK:
+            never = [n for n, state in needed if state in (JobState.FAILED, JobState.CANCELLED)]
+            if never:
+                detail = (
+                    f"{_jobs_text(never)} ended without succeeding; cancel this job, or "
+                    "submit it again without that dependency"
+                )
+                reasons[job_id] = str(Reason(ReasonCode.DEPENDENCY_NEVER_SATISFIED, detail))
+                continue
+        waiting = [n for n, state in needed if state not in TERMINAL_STATES]
+        if waiting:
+            goal = "succeed" if pending[job_id] == DependencyKind.AFTER_OK else "end"
+            reasons[job_id] = str(
+                Reason(ReasonCode.DEPENDENCY, f"waits for {_jobs_text(waiting)} to {goal}")
+            )
+    return reasons
+
+
+def _jobs_text(job_ids: list[int]) -> str:
+    """ "job #12, job #13": each named as `jobs.selectors.texts_for_viewer` finds it, so a
+    viewer who may not see one reads "another job" there."""
+    shown = ", ".join(f"job #{job_id}" for job_id in job_ids[:10])
+    more = f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else ""
+    return f"{shown}{more}"
 
 
 @dataclass(frozen=True)
@@ -172,7 +214,7 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     )
     read = active.values(
         "id", "owner__username", "owner_id", "owner__is_active", "owner_is_member",
-        "group__name", "group_id",
+        "group__name", "group_id", "dependency",
         "num_gpus", "submitted_at", "state", "accepted_types", "consolidation",
         "attained_service", "service_since_promotion", "executed_since_promotion",
         "waiting_since_promotion", "queue_level", "queue_entered_at", "pending_since",
@@ -181,12 +223,19 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     # Nor is a pending job whose owner's account is disabled, or whose owner left the
     # job's group: it is left out with a reason of its own for the apply step to store
     # (only where the stored one differs).
+    # Nor is a pending job that waits for other jobs (`Job.depends_on`).
+    read = list(read)
+    waits = dependency_reasons(
+        {row["id"]: row["dependency"] for row in read if row["state"] == JobState.PENDING}
+    )
     rows: list[dict[str, Any]] = []
     left_out_reasons: dict[int, str] = {}
     for row in read:
         held_why = None
         if row["state"] == JobState.PENDING and not row["owner__is_active"]:
             held_why = OWNER_DISABLED_REASON
+        elif row["id"] in waits:
+            held_why = waits[row["id"]]
         elif (
             row["state"] == JobState.PENDING
             and row["group_id"] is not None

@@ -32,6 +32,8 @@ REASON_WORDS = {
     "OwnerDisabled": "The owner's account is disabled",
     "InvalidAccount": "The owner has left the job's group",
     "WaitingForFasterType": "Waiting for a faster GPU type",
+    "Dependency": "Waiting for jobs it depends on",
+    "DependencyNeverSatisfied": "A job it depends on did not succeed",
 }
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.
 WAIT_BINS: list[tuple[str, timedelta | None]] = [

@@ -13,7 +13,7 @@ from agents.selectors import job_measured_rates
 from jobs.selectors import jobs_live_service
 
 from .. import validation
-from ..choices import Consolidation
+from ..choices import Consolidation, DependencyKind
 from ..models import Job, JobEvent
 
 
@@ -86,6 +86,18 @@ class RetriesField(serializers.JSONField):
     pass
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1},
+        "maxItems": validation.MAX_DEPENDENCIES,
+        "uniqueItems": True,
+    }
+)
+class JobIdsField(serializers.JSONField):
+    pass
+
+
 class JobSubmitInput(serializers.Serializer):
     """What a client sends to submit a job. Unknown fields are refused, not ignored:
     a typo such as `gpus` must not silently become the default of 1 GPU."""
@@ -125,6 +137,18 @@ class JobSubmitInput(serializers.Serializer):
         default=None,
         help_text="One of your groups; default: your default group.",
     )
+    depends_on = JobIdsField(
+        required=False,
+        default=list,
+        help_text="Ids of jobs of yours this one waits for (Slurm's --dependency); [] = none.",
+    )
+    dependency = serializers.ChoiceField(
+        choices=DependencyKind.choices,
+        required=False,
+        default=DependencyKind.AFTER_OK,
+        help_text="afterok: start once they all succeeded (one that fails or is cancelled "
+        "holds this job for good: DependencyNeverSatisfied); afterany: once they all ended.",
+    )
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
@@ -163,6 +187,9 @@ class JobOutput(serializers.ModelSerializer):
     attained_gpu_hours = serializers.SerializerMethodField(
         help_text="Normalized by device speed; while it holds GPUs, up to now."
     )
+    depends_on = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True, help_text="Ids of the jobs this one waits for."
+    )
 
     class Meta:
         model = Job
@@ -179,6 +206,8 @@ class JobOutput(serializers.ModelSerializer):
             "consolidation",
             "walltime_seconds",
             "max_retries",
+            "depends_on",
+            "dependency",
             "state",
             "reason",
             "queue_position",

@@ -87,7 +87,7 @@ class JobListCreateApi(APIView):
             states=states,
             owner=request.query_params.get("owner"),
             group=request.query_params.get("group"),
-        )
+        ).prefetch_related("depends_on")  # the ids each waits for, one query for a page
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)
         data = jobs_data(page, user=request.user, many=True)

@@ -263,6 +263,10 @@ class ReasonCode(StrEnum):
     # The owner is no longer a member of the job's group (Slurm's InvalidAccount): started,
     # it would be charged to that group. Set by the adapter, like OWNER_DISABLED.
     INVALID_ACCOUNT = "InvalidAccount"
+    # It waits for jobs it depends on (Slurm's Dependency), or one of them ended in a way
+    # that can never satisfy it (DependencyNeverSatisfied). Set by the adapter, likewise.
+    DEPENDENCY = "Dependency"
+    DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"
 
 
 @dataclass(frozen=True, slots=True)

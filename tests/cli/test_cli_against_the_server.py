@@ -78,6 +78,18 @@ def test_submit_stores_the_argv_exactly_and_the_options_as_the_api_takes_them(
     )  # fmt: skip
 
 
+def test_submit_with_a_dependency_and_show_it(small_cluster, owner, as_user) -> None:  # type: ignore[no-untyped-def]
+    first = JobFactory(owner=owner, state=JobState.RUNNING)
+    run = as_user(owner)
+
+    status, _ = run("submit", "-d", f"afterok:{first.pk}", "img:1", "--", "python", "t.py")
+
+    assert status == 0
+    job = Job.objects.exclude(pk=first.pk).get()
+    assert list(job.depends_on.values_list("pk", flat=True)) == [first.pk]
+    assert f"  waits for  #{first.pk} to succeed" in run("show", str(job.pk))[1]
+
+
 def test_a_refused_submission_names_the_field_and_stores_nothing(
     small_cluster, owner, as_user, capsys
 ) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.__main__ import cmd_logs
+from cli.__main__ import _dependency, cmd_logs
 from cli.client import ApiError, error_message
 from cli.render import (
     duration,
@@ -165,3 +165,22 @@ def test_the_client_imports_only_the_standard_library() -> None:
         assert roots <= set(sys.stdlib_module_names), (
             f"{path.name}: {roots - set(sys.stdlib_module_names)}"
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("afterok:12:13", ("afterok", [12, 13])),
+        ("afterany:7", ("afterany", [7])),
+        ("12", ("afterok", [12])),
+        ("afterok:12,13", ("afterok", [12, 13])),
+    ],
+)
+def test_dependencies_are_read_as_slurm_writes_them(text: str, parsed: tuple) -> None:
+    assert _dependency(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["afternotok:1", "afterok:", "afterok:x", "", "singleton"])
+def test_a_dependency_that_is_none_of_those_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        _dependency(text)

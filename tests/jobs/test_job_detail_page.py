@@ -429,6 +429,8 @@ def test_clone_prefills_the_form_and_resubmits_the_same_job(owner, source_job, s
         "walltime_minutes": 90,
         "max_retries": 2,
         "group": "vision",
+        "depends_on": "",
+        "dependency": "afterok",
     }
     assert 'value="python train.py --name &#x27;my run&#x27;"' in response.content.decode()
     # Posting the pre-filled values back submits an identical job.
@@ -512,8 +514,9 @@ def test_the_detail_page_needs_a_bounded_number_of_queries(
         Job.objects.filter(pk=victim.pk).update(state=JobState.RUNNING)
     client = logged_in(lab_admin)
     # session, user, job, events, mentioned jobs, 2 chart bounds, minutes, samples, and for
-    # the measured speed the job's argv as text and its program's progress rows
-    with django_assert_max_num_queries(12):
+    # the measured speed the job's argv as text and its program's progress rows, the jobs
+    # it waits for
+    with django_assert_max_num_queries(13):
         response = client.get(f"/jobs/{victim.pk}/")
     assert response.status_code == 200
 
