@@ -138,12 +138,15 @@ def integer_errors(value: Any, *, minimum: int, maximum: int | None = None) -> l
 
 
 MAX_DEPENDENCIES = 64
+# Job ids are PostgreSQL bigints: a larger number is no job, and would fail the query.
+MAX_JOB_ID = 2**63 - 1
 
 
 def dependency_ids_errors(value: Any) -> list[str]:
     """A list of distinct job ids (the database checks that they are the submitter's)."""
     if not isinstance(value, list) or not all(
-        isinstance(item, int) and not isinstance(item, bool) and item > 0 for item in value
+        isinstance(item, int) and not isinstance(item, bool) and 0 < item <= MAX_JOB_ID
+        for item in value
     ):
         return ["Give a list of job ids (whole numbers), e.g. [12, 13]."]
     if len(set(value)) != len(value):

@@ -92,7 +92,7 @@ def test_a_submission_names_only_the_owners_jobs_and_no_dependency_that_already_
     with pytest.raises(ValidationFailed) as never:
         _submit(owner, depends_on=[failed.pk])
     assert "ended without succeeding" in never.value.errors["depends_on"][0]
-    for bad in ([True], ["12"], [1, 1], 12):
+    for bad in ([True], ["12"], [1, 1], 12, [2**63], [0]):
         with pytest.raises(ValidationFailed) as shape:
             _submit(owner, depends_on=bad)
         assert list(shape.value.errors) == ["depends_on"]
