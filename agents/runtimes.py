@@ -92,6 +92,8 @@ class LaunchSpec:
     cpus: float | None = None
     memory_mb: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # (array id, task index, array size) of an array task (Slurm's SLURM_ARRAY_*); None.
+    array: tuple[int, int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -148,6 +150,14 @@ def launch_spec_check(spec: LaunchSpec) -> None:
 def job_environment(spec: LaunchSpec) -> dict[str, str]:
     """The user's variables plus the ones gpulab sets (which the user cannot override)."""
     visible = ",".join(spec.device_uuids)
+    array: dict[str, str] = {}
+    if spec.array is not None:
+        array_id, index, size = spec.array
+        array = {
+            "GPULAB_ARRAY_ID": str(array_id),
+            "GPULAB_ARRAY_INDEX": str(index),
+            "GPULAB_ARRAY_SIZE": str(size),
+        }
     return {
         **dict(spec.env),
         "CUDA_VISIBLE_DEVICES": visible,
@@ -156,6 +166,7 @@ def job_environment(spec: LaunchSpec) -> dict[str, str]:
         "GPULAB_ATTEMPT": str(spec.attempt),
         "GPULAB_IMAGE": spec.image,
         "GPULAB_PROGRESS_FILE": progress_file_path(spec.job_id, spec.attempt),
+        **array,
     }
 
 

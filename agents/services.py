@@ -182,6 +182,11 @@ def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
         cpus=cpus_per_gpu * count if cpus_per_gpu else None,
         memory_mb=int(memory_per_gpu) * count if memory_per_gpu else None,
         labels={"node": node.name},
+        array=(
+            (job.array_id, job.array_index, job.array.size)
+            if job.array_id is not None and job.array_index is not None
+            else None
+        ),
     )
 
 

@@ -116,7 +116,19 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         spec["walltime_seconds"] = args.time
     if args.dependency is not None:
         spec["dependency"], spec["depends_on"] = args.dependency
+    if args.array is not None:
+        spec["array_size"], cap = args.array
+        if cap is not None:
+            spec["array_max_running"] = cap
     job = client.submit(spec)
+    if job.get("array"):
+        first, size = job["id"], job["array"]["size"]
+        print(
+            f"Submitted array {job['array']['id']}: {size} jobs from {first} "
+            f"(gpulab jobs --array {job['array']['id']}).",
+            file=out,
+        )
+        return 0
     print(f"Submitted job {job['id']}: {job_status_line(job, _now())}", file=out)
     if args.wait:
         return watch(client, job["id"], out=out, interval=args.interval)
@@ -127,7 +139,9 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     states = [state.upper() for state in args.state] if args.state else []
     if not states and not args.all:
         states = list(ACTIVE_STATES)
-    jobs = list(client.jobs(states=states, owner=args.owner, limit=args.limit))
+    if args.array is not None and not args.state:
+        states = []  # an array's tasks, whatever their state
+    jobs = list(client.jobs(states=states, owner=args.owner, array=args.array, limit=args.limit))
     if args.json:
         json.dump(jobs, out, indent=2)
         print(file=out)
@@ -201,8 +215,16 @@ def _shown_arg(arg: str) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    if not args.jobs and args.array is None:
+        raise SystemExit("gpulab cancel: give job ids, or --array ID")
     failed = 0
-    for job_id in args.jobs:
+    job_ids = list(args.jobs)
+    if args.array is not None:  # its tasks that have not ended (Slurm's scancel ARRAY)
+        active = client.jobs(states=ACTIVE_STATES, array=args.array, limit=10_000)
+        job_ids += [job["id"] for job in active]
+    if not job_ids:
+        print("No jobs to cancel.", file=out)
+    for job_id in job_ids:
         try:
             job = client.cancel(job_id)
         except ApiError as exc:
@@ -313,6 +335,14 @@ def _dependency(text: str) -> tuple[str, list[int]]:
     return kind, [int(i) for i in ids]
 
 
+def _array(text: str) -> tuple[int, int | None]:
+    """Slurm's `--array` count with its cap: `10` (10 tasks), `10%2` (at most 2 running)."""
+    size, percent, cap = text.partition("%")
+    if not size.isdigit() or (percent and not cap.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give N tasks, or N%K to run K at once")
+    return int(size), int(cap) if percent else None
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     name, equals, value = text.partition("=")
     if not equals or not name:
@@ -353,6 +383,12 @@ def parser_build() -> argparse.ArgumentParser:
         type=_dependency,
         help="Start after jobs of yours: afterok:12:13 (they succeeded) or afterany:12.",
     )
+    submit.add_argument(
+        "--array",
+        "-a",
+        type=_array,
+        help="N copies (GPULAB_ARRAY_INDEX 0..N-1), or N%%K to run at most K at once.",
+    )
     submit.add_argument("--wait", "-w", action="store_true", help="Then follow it to its end.")
     submit.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
     submit.add_argument("image")
@@ -363,6 +399,7 @@ def parser_build() -> argparse.ArgumentParser:
     jobs.add_argument("--all", "-a", action="store_true", help="Finished ones too.")
     jobs.add_argument("--state", "-s", action="append", help="Only this state (repeat).")
     jobs.add_argument("--owner", "-u", help="Only this user's (admins).")
+    jobs.add_argument("--array", type=int, help="This array's tasks, in any state, by index.")
     jobs.add_argument("--limit", type=int, default=50, help="At most this many (default 50).")
     jobs.add_argument("--json", action="store_true", help="As the API's JSON.")
     jobs.set_defaults(handler=cmd_jobs)
@@ -385,7 +422,8 @@ def parser_build() -> argparse.ArgumentParser:
     wait.set_defaults(handler=cmd_wait)
 
     cancel = commands.add_parser("cancel", help="Cancel jobs of yours.")
-    cancel.add_argument("jobs", type=int, nargs="+", metavar="JOB")
+    cancel.add_argument("jobs", type=int, nargs="*", metavar="JOB")
+    cancel.add_argument("--array", type=int, help="Also every task of this array not ended.")
     cancel.set_defaults(handler=cmd_cancel)
     return parser
 

@@ -125,12 +125,19 @@ class Client:
         )
 
     def jobs(
-        self, *, states: Sequence[str] = (), owner: str | None = None, limit: int = 50
+        self,
+        *,
+        states: Sequence[str] = (),
+        owner: str | None = None,
+        array: int | None = None,
+        limit: int = 50,
     ) -> Iterator[dict[str, Any]]:
-        """Jobs newest first, following pages until `limit`."""
+        """Jobs newest first (an array's tasks by index), following pages until `limit`."""
         params: list[tuple[str, str]] = [("state", ",".join(states))] if states else []
         if owner:
             params.append(("owner", owner))
+        if array is not None:
+            params.append(("array", str(int(array))))
         page, given = 1, 0
         while given < limit:
             data = self.request("GET", "/api/v1/jobs/", params=[*params, ("page", str(page))])

@@ -11,7 +11,7 @@ from accounts.models import User
 from .choices import Consolidation, DependencyKind
 from .models import Job
 from .services import JobSpec
-from .validation import MAX_COMMAND_LAUNCH_BYTES, MAX_WALLTIME_SECONDS
+from .validation import MAX_ARRAY_SIZE, MAX_COMMAND_LAUNCH_BYTES, MAX_WALLTIME_SECONDS
 
 
 class JobSubmitForm(forms.Form):
@@ -76,6 +76,21 @@ class JobSubmitForm(forms.Form):
         required=False,
         label="Start",
         help_text="When those jobs have all succeeded, or all ended however.",
+    )
+
+    array_size = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_ARRAY_SIZE,
+        label="Array size",
+        help_text="Optional: submit this many copies; copy i gets GPULAB_ARRAY_INDEX=i "
+        "(Slurm's --array), for a sweep.",
+    )
+    array_max_running = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Array: at most running",
+        help_text="Optional: how many of the copies may hold GPUs at once.",
     )
 
     def __init__(self, *args, user: User, **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -148,6 +163,8 @@ class JobSubmitForm(forms.Form):
             max_retries=data["max_retries"],
             group=data.get("group") or None,
             depends_on=data["depends_on"],
+            array_size=data.get("array_size"),
+            array_max_running=data.get("array_max_running"),
             dependency=data.get("dependency") or DependencyKind.AFTER_OK,
         )
 

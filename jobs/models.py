@@ -9,6 +9,20 @@ from django.db.models import F, Q
 from .choices import Consolidation, DependencyKind, EventActor, JobState
 
 
+class JobArray(models.Model):
+    """One submission of `size` copies of a job (Slurm's --array, a sweep): task i runs
+    with GPULAB_ARRAY_INDEX=i, and at most `max_running` tasks hold GPUs at once."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    size = models.PositiveIntegerField()
+    max_running = models.PositiveIntegerField(null=True, blank=True)  # None: no cap
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        cap = f", {self.max_running} at once" if self.max_running else ""
+        return f"array {self.pk} ({self.size} tasks{cap})"
+
+
 class Job(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
@@ -42,6 +56,10 @@ class Job(models.Model):
     dependency = models.CharField(
         max_length=8, choices=DependencyKind.choices, default=DependencyKind.AFTER_OK
     )
+    array = models.ForeignKey(
+        JobArray, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks"
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     reason = models.CharField(

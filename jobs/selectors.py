@@ -61,7 +61,7 @@ def job_run_seconds(
 
 
 def job_visible_to(*, user: User) -> QuerySet[Job]:
-    jobs = Job.objects.select_related("owner", "group")
+    jobs = Job.objects.select_related("owner", "group", "array")
     if user.is_lab_admin:
         return jobs
     return jobs.filter(owner=user)
@@ -81,9 +81,10 @@ def job_list(
     states: Sequence[str] = (),
     owner: str | None = None,
     group: str | None = None,
+    array: int | None = None,
 ) -> QuerySet[Job]:
-    """Jobs the user may see, newest first, filtered by states (any of them), owner name
-    and group name."""
+    """Jobs the user may see, newest first, filtered by states (any of them), owner name,
+    group name and array (its tasks by index)."""
     jobs = job_visible_to(user=user)
     if states:
         jobs = jobs.filter(state__in=states)
@@ -91,6 +92,8 @@ def job_list(
         jobs = jobs.filter(owner__username=owner)
     if group:
         jobs = jobs.filter(group__name=group)
+    if array is not None:
+        return jobs.filter(array_id=array).order_by("array_index", "id")
     return jobs.order_by("-submitted_at", "-id")
 
 

@@ -36,7 +36,7 @@ from .choices import (
     EventActor,
     JobState,
 )
-from .models import Allocation, Job, JobEvent
+from .models import Allocation, Job, JobArray, JobEvent
 from .selectors import job_get_for_user, job_run_seconds
 
 
@@ -56,6 +56,8 @@ class JobSpec:
     group: Any = None  # group name; None = the owner's default group
     depends_on: Any = field(default_factory=list)  # ids of jobs of the owner's to wait for
     dependency: Any = DependencyKind.AFTER_OK.value
+    array_size: Any = None  # N: submit N tasks, GPULAB_ARRAY_INDEX 0..N-1 (Slurm's --array)
+    array_max_running: Any = None  # at most this many tasks hold GPUs at once; None: no cap
 
 
 # --------------------------------------------------------------------------- submission
@@ -111,6 +113,21 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
         ),
     )
     group = _resolve_group(owner=owner, group_name=spec.group, errors=errors)
+    if spec.array_size is not None:
+        check(
+            "array_size",
+            validation.integer_errors(
+                spec.array_size, minimum=1, maximum=validation.MAX_ARRAY_SIZE
+            ),
+        )
+    if spec.array_max_running is not None:
+        if spec.array_size is None:
+            check("array_max_running", ["Give array_size too: it caps an array's tasks."])
+        else:
+            check(
+                "array_max_running",
+                validation.integer_errors(spec.array_max_running, minimum=1),
+            )
     check("depends_on", validation.dependency_ids_errors(spec.depends_on))
     if spec.dependency not in DependencyKind.values:
         check("dependency", [f"Choose one of: {', '.join(DependencyKind.values)}."])
@@ -146,38 +163,65 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
     if errors:
         raise ValidationFailed(errors)
 
+    size = spec.array_size or 1
     with transaction.atomic():
-        _check_pending_quota(owner=owner, group=group)
+        _check_pending_quota(owner=owner, group=group, adding=size)
         now = timezone.now()
-        job = Job.objects.create(
-            owner=owner,
-            group=group,
-            name=name or _default_name(spec.command),
-            image=spec.image,
-            command=list(spec.command),
-            env=dict(spec.env),
-            num_gpus=num_gpus,
-            accepted_types=list(spec.accepted_types),
-            consolidation=spec.consolidation,
-            walltime_seconds=spec.walltime_seconds,
-            max_retries=spec.max_retries,
-            dependency=spec.dependency,
-            state=JobState.PENDING,
-            reason="Waiting for the next scheduling round.",
-            queue_entered_at=now,
-            pending_since=now,
+        array = None
+        if spec.array_size is not None:
+            array = JobArray.objects.create(
+                owner=owner, size=size, max_running=spec.array_max_running
+            )
+        base_name = name or _default_name(spec.command)
+        jobs = Job.objects.bulk_create(
+            Job(
+                owner=owner,
+                group=group,
+                name=base_name if array is None else _task_name(base_name, index),
+                image=spec.image,
+                command=list(spec.command),
+                env=dict(spec.env),
+                num_gpus=num_gpus,
+                accepted_types=list(spec.accepted_types),
+                consolidation=spec.consolidation,
+                walltime_seconds=spec.walltime_seconds,
+                max_retries=spec.max_retries,
+                dependency=spec.dependency,
+                array=array,
+                array_index=None if array is None else index,
+                state=JobState.PENDING,
+                reason="Waiting for the next scheduling round.",
+                queue_entered_at=now,
+                pending_since=now,
+            )
+            for index in range(size)
         )
-        JobEvent.objects.create(
-            job=job,
-            to_state=JobState.PENDING,
-            actor=EventActor.USER,
-            actor_user=owner,
-            message=f"Submitted: {num_gpus} GPU(s), image {job.image}.",
+        task_of = "" if array is None else f" task {{index}} of array {array.pk} ({size} tasks)"
+        JobEvent.objects.bulk_create(
+            JobEvent(
+                job=job,
+                to_state=JobState.PENDING,
+                actor=EventActor.USER,
+                actor_user=owner,
+                message=f"Submitted{task_of.format(index=index)}: {num_gpus} GPU(s), "
+                f"image {job.image}.",
+            )
+            for index, job in enumerate(jobs)
         )
         if spec.depends_on:
-            job.depends_on.set(spec.depends_on)
+            Job.depends_on.through.objects.bulk_create(
+                Job.depends_on.through(from_job_id=job.pk, to_job_id=needed)
+                for job in jobs
+                for needed in spec.depends_on
+            )
         round_request_on_commit()
-    return job
+    return jobs[0]
+
+
+def _task_name(base: str, index: int) -> str:
+    """`name[3]`, Slurm's way of naming an array task, within the name's column."""
+    suffix = f"[{index}]"
+    return base[: validation.MAX_NAME_LENGTH - len(suffix)] + suffix
 
 
 def _dependency_errors(owner: User, job_ids: list[int], kind: str) -> list[str]:
@@ -232,8 +276,9 @@ def _resolve_group(
     return group
 
 
-def _check_pending_quota(*, owner: User, group: LabGroup | None) -> None:
-    """Refuse a submission past the owner's or the group's max_pending_jobs.
+def _check_pending_quota(*, owner: User, group: LabGroup | None, adding: int = 1) -> None:
+    """Refuse a submission of `adding` jobs past the owner's or the group's
+    max_pending_jobs (an array counts every task).
 
     The owner's row (and the group's) is locked first, so that concurrent submissions
     are counted one after another instead of all seeing the same count. FOR NO KEY UPDATE,
@@ -250,8 +295,10 @@ def _check_pending_quota(*, owner: User, group: LabGroup | None) -> None:
         if limit is None:
             continue
         pending = Job.objects.filter(state=JobState.PENDING, **scope).count()
-        if pending >= limit:
+        if pending + adding > limit:
             message = f"QuotaExceeded: {label} already has {pending} pending jobs (max {limit})."
+            if adding > 1:
+                message = message[:-1] + f"; this array adds {adding}."
             raise ValidationFailed({"quota": [message]})
 
 

@@ -138,6 +138,7 @@ def integer_errors(value: Any, *, minimum: int, maximum: int | None = None) -> l
 
 
 MAX_DEPENDENCIES = 64
+MAX_ARRAY_SIZE = 1000
 # Job ids are PostgreSQL bigints: a larger number is no job, and would fail the query.
 MAX_JOB_ID = 2**63 - 1
 

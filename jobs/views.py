@@ -163,7 +163,13 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
                 for error in field_errors:
                     form.add_error(target if target in form.fields else None, error)
         else:
-            messages.success(request, f"Job #{job.pk} submitted; it is pending.")
+            if job.array_id is None:
+                messages.success(request, f"Job #{job.pk} submitted; it is pending.")
+                return redirect("jobs:detail", job_id=job.pk)
+            messages.success(
+                request,
+                f"Array {job.array_id} submitted: {job.array.size} jobs, pending; this is task 0.",
+            )
             return redirect("jobs:detail", job_id=job.pk)
     return render(
         request,

@@ -109,6 +109,33 @@ def dependency_reasons(pending: dict[int, str]) -> dict[int, str]:
     return reasons
 
 
+def array_limit_reasons(rows: list[dict[str, Any]], *, waiting: set[int]) -> dict[int, str]:
+    """Pending tasks of capped arrays beyond the cap, with the reason: an array with cap K
+    and R tasks holding GPUs offers the policy only its K - R pending tasks of lowest
+    index (not held back otherwise, e.g. by a dependency in `waiting`), so no round can
+    start more than the cap however many fit."""
+    running: dict[int, int] = defaultdict(int)
+    pending: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for row in rows:
+        if row["array_id"] is None or row["array__max_running"] is None:
+            continue
+        if row["state"] == JobState.PENDING:
+            if row["id"] not in waiting:
+                pending[row["array_id"]].append((row["array_index"], row["id"]))
+        else:  # STARTING, RUNNING, PREEMPTING: holding GPUs
+            running[row["array_id"]] += 1
+    caps = {row["array_id"]: row["array__max_running"] for row in rows if row["array_id"]}
+    reasons: dict[int, str] = {}
+    for array_id, tasks in pending.items():
+        cap, now_running = caps[array_id], running[array_id]
+        # No count of its running tasks: read before this round's starts, it would be
+        # stale as soon as the round applied them.
+        detail = f"array {array_id} runs at most {cap} task{'s' if cap != 1 else ''} at once"
+        for _, job_id in sorted(tasks)[max(cap - now_running, 0) :]:
+            reasons[job_id] = str(Reason(ReasonCode.ARRAY_LIMIT, detail))
+    return reasons
+
+
 def _jobs_text(job_ids: list[int]) -> str:
     """ "job #12, job #13": each named as `jobs.selectors.texts_for_viewer` finds it, so a
     viewer who may not see one reads "another job" there."""
@@ -214,7 +241,8 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     )
     read = active.values(
         "id", "owner__username", "owner_id", "owner__is_active", "owner_is_member",
-        "group__name", "group_id", "dependency",
+        "group__name", "group_id", "dependency", "array_id", "array_index",
+        "array__max_running",
         "num_gpus", "submitted_at", "state", "accepted_types", "consolidation",
         "attained_service", "service_since_promotion", "executed_since_promotion",
         "waiting_since_promotion", "queue_level", "queue_entered_at", "pending_since",
@@ -228,6 +256,8 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     waits = dependency_reasons(
         {row["id"]: row["dependency"] for row in read if row["state"] == JobState.PENDING}
     )
+    # Nor is an array task past its array's cap on running tasks.
+    waits |= array_limit_reasons(read, waiting=set(waits))
     rows: list[dict[str, Any]] = []
     left_out_reasons: dict[int, str] = {}
     for row in read:

@@ -34,6 +34,7 @@ REASON_WORDS = {
     "WaitingForFasterType": "Waiting for a faster GPU type",
     "Dependency": "Waiting for jobs it depends on",
     "DependencyNeverSatisfied": "A job it depends on did not succeed",
+    "ArrayLimit": "Its array runs as many tasks as it may at once",
 }
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.
 WAIT_BINS: list[tuple[str, timedelta | None]] = [

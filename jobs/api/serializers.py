@@ -86,6 +86,16 @@ class RetriesField(serializers.JSONField):
     pass
 
 
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": validation.MAX_ARRAY_SIZE})
+class ArraySizeField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "integer", "minimum": 1})
+class PositiveField(serializers.JSONField):
+    pass
+
+
 @extend_schema_field(
     {
         "type": "array",
@@ -150,6 +160,20 @@ class JobSubmitInput(serializers.Serializer):
         "holds this job for good: DependencyNeverSatisfied); afterany: once they all ended.",
     )
 
+    array_size = ArraySizeField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Submit this many tasks of the job (Slurm's --array): task i runs with "
+        "GPULAB_ARRAY_INDEX=i (and GPULAB_ARRAY_ID, GPULAB_ARRAY_SIZE). The answer is task 0.",
+    )
+    array_max_running = PositiveField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="At most this many of the array's tasks hold GPUs at once (Slurm's %N).",
+    )
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
@@ -190,6 +214,9 @@ class JobOutput(serializers.ModelSerializer):
     depends_on = serializers.PrimaryKeyRelatedField(
         many=True, read_only=True, help_text="Ids of the jobs this one waits for."
     )
+    array = serializers.SerializerMethodField(
+        help_text="The array this job is a task of, or null: {id, index, size, max_running}."
+    )
 
     class Meta:
         model = Job
@@ -208,6 +235,7 @@ class JobOutput(serializers.ModelSerializer):
             "max_retries",
             "depends_on",
             "dependency",
+            "array",
             "state",
             "reason",
             "queue_position",
@@ -222,6 +250,28 @@ class JobOutput(serializers.ModelSerializer):
             "started_at",
             "finished_at",
         ]
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "id": {"type": "integer"},
+                "index": {"type": "integer"},
+                "size": {"type": "integer"},
+                "max_running": {"type": "integer", "nullable": True},
+            },
+        }
+    )
+    def get_array(self, job: Job) -> dict[str, Any] | None:
+        if job.array_id is None:
+            return None
+        return {
+            "id": job.array_id,
+            "index": job.array_index,
+            "size": job.array.size,
+            "max_running": job.array.max_running,
+        }
 
     def get_attained_gpu_hours(self, job: Job) -> float:
         # The stored service is folded in at transitions; a running job's current run is

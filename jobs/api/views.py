@@ -25,7 +25,7 @@ from ..choices import JobState
 from ..models import Job
 from .serializers import JobDetailOutput, JobOutput, JobSubmitInput
 
-LIST_PARAMETERS = ("state", "owner", "group", "page")
+LIST_PARAMETERS = ("state", "owner", "group", "array", "page")
 REPEATABLE_PARAMETERS = ("state",)
 
 
@@ -66,6 +66,9 @@ class JobListCreateApi(APIView):
             ),
             OpenApiParameter("owner", str, description="Owner's user name."),
             OpenApiParameter("group", str, description="Lab group name."),
+            OpenApiParameter(
+                "array", int, description="Only this array's tasks, by index (not newest first)."
+            ),
         ],
         responses={200: JobOutput(many=True), 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )
@@ -82,11 +85,15 @@ class JobListCreateApi(APIView):
                     ]
                 }
             )
+        array = request.query_params.get("array")
+        if array is not None and not (array.isascii() and array.isdigit() and len(array) < 19):
+            raise ValidationFailed({"array": ["An array id, a whole number."]})
         jobs = selectors.job_list(
             user=request.user,
             states=states,
             owner=request.query_params.get("owner"),
             group=request.query_params.get("group"),
+            array=int(array) if array is not None else None,
         ).prefetch_related("depends_on")  # the ids each waits for, one query for a page
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)

@@ -267,6 +267,9 @@ class ReasonCode(StrEnum):
     # that can never satisfy it (DependencyNeverSatisfied). Set by the adapter, likewise.
     DEPENDENCY = "Dependency"
     DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"
+    # Its array runs as many tasks as it may at once (Slurm's JobArrayTaskLimit). Set by
+    # the adapter, likewise.
+    ARRAY_LIMIT = "ArrayLimit"
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,27 @@ def test_submit_with_a_dependency_and_show_it(small_cluster, owner, as_user) -> 
     assert f"  waits for  #{first.pk} to succeed" in run("show", str(job.pk))[1]
 
 
+def test_an_array_is_submitted_listed_and_cancelled_as_one(small_cluster, owner, as_user) -> None:  # type: ignore[no-untyped-def]
+    run = as_user(owner)
+
+    status, out = run("submit", "--array", "3%1", "img:1", "--", "python", "sweep.py")
+
+    first = Job.objects.get(array_index=0)
+    assert status == 0
+    assert out.startswith(f"Submitted array {first.array_id}: 3 jobs from {first.pk}")
+    assert first.array.max_running == 1
+    listed = run("jobs", "--array", str(first.array_id))[1].splitlines()[1:]
+    assert [line.split()[:3] for line in listed] == [
+        [str(pk), "python", f"sweep.py[{index}]"]
+        for index, pk in enumerate(Job.objects.order_by("array_index").values_list("pk", flat=True))
+    ]
+    Job.objects.filter(pk=first.pk).update(state=JobState.SUCCEEDED)
+    assert run("cancel", "--array", str(first.array_id))[0] == 0
+    assert list(Job.objects.order_by("array_index").values_list("state", flat=True)) == [
+        JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLED,
+    ]  # fmt: skip
+
+
 def test_a_refused_submission_names_the_field_and_stores_nothing(
     small_cluster, owner, as_user, capsys
 ) -> None:  # type: ignore[no-untyped-def]

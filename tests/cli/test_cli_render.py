@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.__main__ import _dependency, cmd_logs
+from cli.__main__ import _array, _dependency, cmd_logs
 from cli.client import ApiError, error_message
 from cli.render import (
     duration,
@@ -184,3 +184,10 @@ def test_dependencies_are_read_as_slurm_writes_them(text: str, parsed: tuple) ->
 def test_a_dependency_that_is_none_of_those_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         _dependency(text)
+
+
+def test_arrays_are_read_as_slurm_counts_them() -> None:
+    assert (_array("10"), _array("10%2")) == ((10, None), (10, 2))
+    for text in ("", "%2", "10%", "1-5", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _array(text)

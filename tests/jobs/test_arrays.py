@@ -1,0 +1,142 @@
+"""Job arrays (Slurm's --array): one submission, N tasks that differ only in
+GPULAB_ARRAY_INDEX, at most K of them holding GPUs at once."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from agents.runtimes import LaunchSpec, job_environment
+from agents.services import _launch_spec
+from config.errors import ValidationFailed
+from jobs.choices import JobState
+from jobs.models import Job, JobEvent
+from jobs.services import JobSpec, job_submit
+from scheduler.services import scheduling_round_run
+from tests.scheduler.livefixtures import configure_tiresias_rules, simulated_cluster
+
+pytestmark = pytest.mark.django_db
+
+
+def _submit(owner, **fields) -> Job:  # type: ignore[no-untyped-def]
+    spec = JobSpec(image="pytorch/pytorch:2.4.0", command=["python", "sweep.py"], **fields)
+    return job_submit(owner=owner, spec=spec)
+
+
+@pytest.fixture
+def cluster() -> None:
+    configure_tiresias_rules()
+    simulated_cluster(nodes=1, gpus_per_node=8)
+
+
+def test_an_array_is_n_tasks_named_and_numbered_in_one_submission(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    first = _submit(owner, name="lr", array_size=3)
+
+    tasks = list(Job.objects.order_by("array_index"))
+    assert first == tasks[0]
+    assert [(t.name, t.array_index, t.array_id) for t in tasks] == [
+        ("lr[0]", 0, first.array_id), ("lr[1]", 1, first.array_id), ("lr[2]", 2, first.array_id),
+    ]  # fmt: skip
+    assert all(t.command == ["python", "sweep.py"] and t.state == JobState.PENDING for t in tasks)
+    assert JobEvent.objects.filter(message__startswith="Submitted task 2 of array").count() == 1
+
+
+def test_at_most_the_cap_of_an_arrays_tasks_hold_gpus_at_once(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    first = _submit(owner, array_size=5, array_max_running=2)
+
+    scheduling_round_run()
+
+    tasks = list(Job.objects.order_by("array_index"))
+    assert [t.state for t in tasks] == [JobState.STARTING] * 2 + [JobState.PENDING] * 3
+    assert tasks[2].reason == (f"ArrayLimit: array {first.array_id} runs at most 2 tasks at once")
+    Job.objects.filter(pk=tasks[0].pk).update(state=JobState.SUCCEEDED)
+    now = timezone.now()
+    tasks[0].allocations.update(ended_at=now, released_at=now)
+    scheduling_round_run()
+    assert list(Job.objects.order_by("array_index").values_list("state", flat=True)) == [
+        JobState.SUCCEEDED, JobState.STARTING, JobState.STARTING,
+        JobState.PENDING, JobState.PENDING,
+    ]  # fmt: skip
+
+
+def test_an_uncapped_array_runs_as_many_tasks_as_fit(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    _submit(owner, array_size=10)
+
+    scheduling_round_run()
+
+    assert Job.objects.filter(state=JobState.STARTING).count() == 8  # the node's 8 GPUs
+
+
+def test_each_task_is_launched_with_its_index(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    first = _submit(owner, array_size=2)
+    scheduling_round_run()
+    second = Job.objects.get(array_index=1)
+
+    spec = _launch_spec(job=second, node=second.allocations.get().device.node)
+
+    environment = job_environment(spec)
+    assert (environment["GPULAB_ARRAY_ID"], environment["GPULAB_ARRAY_INDEX"]) == (
+        str(first.array_id), "1",
+    )  # fmt: skip
+    assert environment["GPULAB_ARRAY_SIZE"] == "2"
+    plain = LaunchSpec(1, 1, "img", ["true"], {}, ["GPU-x"], "runs")
+    assert "GPULAB_ARRAY_INDEX" not in job_environment(plain)
+
+
+def test_a_bad_array_names_the_field_and_the_quota_counts_every_task(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    for fields, field in (
+        ({"array_size": 0}, "array_size"),
+        ({"array_size": 1001}, "array_size"),
+        ({"array_size": "3"}, "array_size"),
+        ({"array_size": 3, "array_max_running": 0}, "array_max_running"),
+        ({"array_max_running": 2}, "array_max_running"),
+    ):
+        with pytest.raises(ValidationFailed) as refused:
+            _submit(owner, **fields)
+        assert list(refused.value.errors) == [field]
+    owner.max_pending_jobs = 4
+    owner.save()
+    with pytest.raises(ValidationFailed) as quota:
+        _submit(owner, array_size=5)
+    assert quota.value.errors == {
+        "quota": [
+            "QuotaExceeded: user alice already has 0 pending jobs (max 4); this array adds 5."
+        ]
+    }
+    assert not Job.objects.exists()  # all or nothing
+
+
+def test_the_api_submits_an_array_and_lists_its_tasks_to_their_owner_only(
+    owner, outsider, api_as, cluster
+) -> None:  # type: ignore[no-untyped-def]
+    made = api_as(owner).post(
+        "/api/v1/jobs/",
+        {"image": "img:1", "command": ["true"], "array_size": 3, "array_max_running": 1},
+        format="json",
+    )
+    assert made.status_code == 201
+    array = made.json()["array"]
+    assert (array["index"], array["size"], array["max_running"]) == (0, 3, 1)
+
+    listed = api_as(owner).get("/api/v1/jobs/", {"array": array["id"]}).json()["results"]
+    assert [job["array"]["index"] for job in listed] == [0, 1, 2]
+    assert api_as(outsider).get("/api/v1/jobs/", {"array": array["id"]}).json()["count"] == 0
+    assert api_as(owner).get("/api/v1/jobs/", {"array": "x"}).status_code == 400
+
+
+def test_the_form_submits_an_array_and_the_page_shows_the_task(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    client = Client()
+    client.force_login(owner)
+    form = {
+        "image": "img:1", "command": "python sweep.py", "num_gpus": 1,
+        "consolidation": "preferred", "max_retries": 0, "array_size": 4,
+        "array_max_running": 2,
+    }  # fmt: skip
+
+    page = client.post("/jobs/submit/", form, follow=True).content.decode()
+
+    first = Job.objects.get(array_index=0)
+    assert Job.objects.count() == 4
+    assert f"Array {first.array_id} submitted: 4 jobs" in page
+    assert "task 0 of 4" in page and "at most 2 running at once" in page
