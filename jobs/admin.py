@@ -63,6 +63,12 @@ class JobAdmin(admin.ModelAdmin):
         "consolidation",
         "walltime_seconds",
         "max_retries",
+        # Checked at submission (the owner's own jobs, no cycles): a form here would list
+        # every job of the lab and save any edge, a cycle included.
+        "depends_on",
+        "dependency",
+        "array",
+        "array_index",
     ]
     inlines = [JobEventInline]
     actions = ["cancel"]
@@ -73,6 +79,15 @@ class JobAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         # Deleting a job that holds GPUs would free them under a running process.
         return obj is None or obj.state in TERMINAL_STATES
+
+    def get_deleted_objects(self, objs, request):  # type: ignore[no-untyped-def]
+        """The delete pages (one job, or the bulk action) list what must not go as
+        protected, which stops the deletion: a job not ended, whose GPUs a process may
+        hold; one that jobs not ended wait for, since its edge would go with it and an
+        afterok job whose dependency failed would start."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        refused = [f"{job}: {why}" for job in objs if (why := _delete_refusal(job))]
+        return deleted, counts, perms_needed, [*protected, *refused]
 
     @admin.action(description="Cancel: stop the selected jobs")
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -85,6 +100,17 @@ class JobAdmin(admin.ModelAdmin):
             else:
                 cancelled += 1
         self.message_user(request, f"Cancelled {cancelled} job(s).")
+
+
+def _delete_refusal(job: Job) -> str:
+    if job.state not in TERMINAL_STATES:
+        return "not ended; cancel it first"
+    waiting = list(
+        job.dependents.exclude(state__in=TERMINAL_STATES).values_list("pk", flat=True)[:10]
+    )
+    if waiting:
+        return f"job(s) {', '.join(f'#{pk}' for pk in waiting)} wait for it; cancel them first"
+    return ""
 
 
 @admin.register(Allocation)

@@ -116,7 +116,8 @@ class JobSubmitForm(forms.Form):
     def clean_depends_on(self) -> list[int]:
         raw = (self.cleaned_data.get("depends_on") or "").replace(",", " ").split()
         ids = [part.removeprefix("#") for part in raw]
-        bad = [part for part in ids if not part.isascii() or not part.isdigit()]
+        # 19 digits: job ids are bigints (and int() refuses thousands of digits outright).
+        bad = [part for part in ids if not (part.isascii() and part.isdigit() and len(part) < 20)]
         if bad:
             raise forms.ValidationError(f"Not a job id: {', '.join(bad)}.")
         return [int(part) for part in ids]

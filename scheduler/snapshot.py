@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Max, OuterRef, Q
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
 from agents.selectors import JobProgram, argv_text, measured_rates
@@ -75,22 +75,28 @@ def not_a_member_reason(group_name: str) -> str:
     return str(Reason(ReasonCode.INVALID_ACCOUNT, detail))
 
 
-def dependency_reasons(pending: dict[int, str]) -> dict[int, str]:
+def dependency_reasons(pending: dict[int, str]) -> tuple[dict[int, str], dict[int, datetime]]:
     """Of pending jobs (id -> dependency kind), those their dependencies hold back, with
     the reason: some still to end (afterany) or to succeed (afterok); or, for afterok,
     one that ended without succeeding, so the job never starts (Slurm's
-    DependencyNeverSatisfied: it stays pending for its owner to cancel or resubmit)."""
+    DependencyNeverSatisfied: it stays pending for its owner to cancel or resubmit).
+
+    Also, for those no longer held, when their last dependency ended: their wait starts
+    there, not at submission (a pipeline's step would otherwise count hours it was held
+    as waiting, and pass the starvation guard the moment it is free).
+    """
     if not pending:
-        return {}
-    edges: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        return {}, {}
+    edges: dict[int, list[tuple[int, str, datetime | None]]] = defaultdict(list)
     through = Job.depends_on.through
-    for job_id, needed_id, needed_state in through.objects.filter(
+    for job_id, needed_id, needed_state, needed_end in through.objects.filter(
         from_job_id__in=list(pending)
-    ).values_list("from_job_id", "to_job_id", "to_job__state"):
-        edges[job_id].append((needed_id, needed_state))
+    ).values_list("from_job_id", "to_job_id", "to_job__state", "to_job__finished_at"):
+        edges[job_id].append((needed_id, needed_state, needed_end))
     reasons: dict[int, str] = {}
-    for job_id, needed in edges.items():
-        needed.sort()
+    released: dict[int, datetime] = {}
+    for job_id, edge_list in edges.items():
+        needed = sorted((n, state) for n, state, _ in edge_list)
         if pending[job_id] == DependencyKind.AFTER_OK:
             never = [n for n, state in needed if state in (JobState.FAILED, JobState.CANCELLED)]
             if never:
@@ -106,14 +112,24 @@ def dependency_reasons(pending: dict[int, str]) -> dict[int, str]:
             reasons[job_id] = str(
                 Reason(ReasonCode.DEPENDENCY, f"waits for {_jobs_text(waiting)} to {goal}")
             )
-    return reasons
+            continue
+        ends = [end for _, _, end in edge_list if end is not None]
+        if ends:
+            released[job_id] = max(ends)
+    return reasons, released
 
 
-def array_limit_reasons(rows: list[dict[str, Any]], *, waiting: set[int]) -> dict[int, str]:
+def array_limit_reasons(
+    rows: list[dict[str, Any]], *, waiting: set[int]
+) -> tuple[dict[int, str], dict[int, datetime]]:
     """Pending tasks of capped arrays beyond the cap, with the reason: an array with cap K
     and R tasks holding GPUs offers the policy only its K - R pending tasks of lowest
     index (not held back otherwise, e.g. by a dependency in `waiting`), so no round can
-    start more than the cap however many fit."""
+    start more than the cap however many fit.
+
+    Also, for the tasks offered, when their array's latest task ended: the slot it left
+    is when they became free to start, as far as waiting counts (see
+    `dependency_reasons`); before it, their own array's cap held them."""
     running: dict[int, int] = defaultdict(int)
     pending: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for row in rows:
@@ -131,9 +147,23 @@ def array_limit_reasons(rows: list[dict[str, Any]], *, waiting: set[int]) -> dic
         # No count of its running tasks: read before this round's starts, it would be
         # stale as soon as the round applied them.
         detail = f"array {array_id} runs at most {cap} task{'s' if cap != 1 else ''} at once"
-        for _, job_id in sorted(tasks)[max(cap - now_running, 0) :]:
+        ordered = sorted(tasks)
+        for _, job_id in ordered[max(cap - now_running, 0) :]:
             reasons[job_id] = str(Reason(ReasonCode.ARRAY_LIMIT, detail))
-    return reasons
+    offered = {job_id for tasks in pending.values() for _, job_id in tasks} - set(reasons)
+    released: dict[int, datetime] = {}
+    if offered:
+        last_end = dict(
+            Job.objects.filter(array_id__in=list(pending), finished_at__isnull=False)
+            .values("array_id")
+            .annotate(last=Max("finished_at"))
+            .values_list("array_id", "last")
+            .order_by()
+        )
+        for array_id, tasks in pending.items():
+            if (end := last_end.get(array_id)) is not None:
+                released.update({job_id: end for _, job_id in tasks if job_id in offered})
+    return reasons, released
 
 
 def _jobs_text(job_ids: list[int]) -> str:
@@ -206,11 +236,13 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     device_rows = (
         Device.objects.filter(kind=DeviceKind.GPU)
         .filter(Q(cordoned_at__isnull=True) | Exists(held_now))
-        .values_list("id", "node__name", "device_type__name", "device_type__speed")
+        .values_list("id", "node__name", "device_type__name", "device_type__speed", "cordoned_at")
     )
     devices = tuple(
-        DeviceView(id=pk, node=node, device_type=type_name, speed=speed)
-        for pk, node, type_name, speed in device_rows
+        DeviceView(
+            id=pk, node=node, device_type=type_name, speed=speed, schedulable=cordoned is None
+        )
+        for pk, node, type_name, speed, cordoned in device_rows
     )
     speed_of = {device.id: device.speed for device in devices}
     node_of_device = {device.id: device.node for device in devices}
@@ -253,11 +285,14 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     # (only where the stored one differs).
     # Nor is a pending job that waits for other jobs (`Job.depends_on`).
     read = list(read)
-    waits = dependency_reasons(
+    waits, released = dependency_reasons(
         {row["id"]: row["dependency"] for row in read if row["state"] == JobState.PENDING}
     )
     # Nor is an array task past its array's cap on running tasks.
-    waits |= array_limit_reasons(read, waiting=set(waits))
+    capped, slot_opened = array_limit_reasons(read, waiting=set(waits))
+    waits |= capped
+    for job_id, moment in slot_opened.items():
+        released[job_id] = max(moment, released.get(job_id, moment))
     rows: list[dict[str, Any]] = []
     left_out_reasons: dict[int, str] = {}
     for row in read:
@@ -336,6 +371,9 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
             # None only for an odd row; the policy then counts from submission. A retry's
             # backoff is not waiting: the spell starts when the job may start.
             pending_since = _epoch(eligible_since(row["pending_since"], row["retry_not_before"]))
+            if pending_since is not None and job_id in released:
+                # Held by its dependencies or its array's cap until then (see above).
+                pending_since = max(pending_since, released[job_id].timestamp())
             # Waiting counts only after the job has run (scheduler.core.accounting).
             if pending_since is not None and executed > 0:
                 waiting += max(now_s - pending_since, 0.0)

@@ -211,8 +211,8 @@ class JobOutput(serializers.ModelSerializer):
     attained_gpu_hours = serializers.SerializerMethodField(
         help_text="Normalized by device speed; while it holds GPUs, up to now."
     )
-    depends_on = serializers.PrimaryKeyRelatedField(
-        many=True, read_only=True, help_text="Ids of the jobs this one waits for."
+    depends_on = serializers.SerializerMethodField(
+        help_text="Ids of the jobs this one waits for; null for one the caller may not see."
     )
     array = serializers.SerializerMethodField(
         help_text="The array this job is a task of, or null: {id, index, size, max_running}."
@@ -250,6 +250,11 @@ class JobOutput(serializers.ModelSerializer):
             "started_at",
             "finished_at",
         ]
+
+    @extend_schema_field({"type": "array", "items": {"type": "integer", "nullable": True}})
+    def get_depends_on(self, job: Job) -> list[int]:
+        # `.all()`: the list prefetches them for a whole page (jobs.api.views).
+        return sorted(needed.pk for needed in job.depends_on.all())
 
     @extend_schema_field(
         {

@@ -178,4 +178,11 @@ def for_viewer(jobs: list[dict[str, Any]], *, user: User) -> list[dict[str, Any]
     for (item, key), text in zip(slots, texts, strict=True):
         if item[key]:
             item[key] = text
+    # A job's dependencies are its owner's jobs, but an admin's may name anyone's and the
+    # admin may since have become a student: ids the viewer may not see read null.
+    needed = {pk for job in jobs for pk in job.get("depends_on", [])}
+    if needed and not user.is_lab_admin:
+        visible = set(selectors.jobs_visible_by_id(user=user, job_ids=needed))
+        for job in jobs:
+            job["depends_on"] = [pk if pk in visible else None for pk in job["depends_on"]]
     return jobs

@@ -37,8 +37,8 @@ def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
     2. Starts are for pending jobs, preemptions for running jobs, holds for pending jobs;
        every pending job that does not start is held (so users always see a reason).
     3. A preempted job is preemptible and past its minimum runtime.
-    4. A start gets exactly `num_gpus` distinct, known devices of accepted types on
-       schedulable nodes, none busy, none held by a running job that keeps running, none
+    4. A start gets exactly `num_gpus` distinct, known, schedulable devices of accepted
+       types on schedulable nodes, none busy, none held by a running job that keeps running, none
        given to another start; `required` consolidation stays on one node.
     5. Quotas hold after the round for every account that starts a job (running jobs over a
        lowered quota are never preempted for it, so only accounts that grow are checked).
@@ -125,6 +125,8 @@ def _check_start(
         node = snapshot.node_by_name.get(device.node)
         if node is not None and not node.schedulable:
             _fail(f"job {job.id} is started on unschedulable node {device.node}")
+        if not device.schedulable:
+            _fail(f"job {job.id} is started on unschedulable device {device_id}")
         if device_id in snapshot.busy_device_ids:
             _fail(f"job {job.id} is given busy device {device_id}")
         if device_id in held_by_running:

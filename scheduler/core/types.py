@@ -53,6 +53,10 @@ class Device:
     node: str
     device_type: str  # e.g. "a100", "v100", "rtx3090"
     speed: float = 1.0  # relative speed set by admins; 1.0 is the reference
+    # False for a GPU an admin cordoned that a running job still holds: as on a drained
+    # node, that job keeps it, nothing new starts there, and preempting the job frees
+    # nothing (the snapshot leaves out cordoned GPUs nobody holds).
+    schedulable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

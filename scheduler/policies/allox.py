@@ -743,7 +743,8 @@ def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     free = [
         d
         for d in snapshot.devices
-        if node_ok.get(d.node, True)
+        if d.schedulable
+        and node_ok.get(d.node, True)
         and d.id not in snapshot.busy_device_ids
         and d.id not in held_devices
         and d.id not in victim_devices
@@ -867,7 +868,7 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
     if gate <= 0 or snapshot.settings.placement is not PlacementKind.ALLOX:
         return Gate(snapshot)
     node_ok = {node.name: node.schedulable for node in snapshot.nodes}
-    schedulable = [d for d in snapshot.devices if node_ok.get(d.node, True)]
+    schedulable = [d for d in snapshot.devices if d.schedulable and node_ok.get(d.node, True)]
     held = {d for job in snapshot.jobs if job.is_running for d in job.devices}
     free = sum(1 for d in schedulable if d.id not in held and d.id not in snapshot.busy_device_ids)
     wanted = sum(job.num_gpus for job in snapshot.jobs if not job.is_running)
@@ -929,7 +930,11 @@ def free_after(snapshot: Snapshot, decisions: Decisions) -> list[Device]:
     taken |= {d for start in decisions.starts for d in start.device_ids}
     taken |= snapshot.busy_device_ids
     node_ok = {node.name: node.schedulable for node in snapshot.nodes}
-    return [d for d in snapshot.devices if d.id not in taken and node_ok.get(d.node, True)]
+    return [
+        d
+        for d in snapshot.devices
+        if d.id not in taken and d.schedulable and node_ok.get(d.node, True)
+    ]
 
 
 def _efficiency_lookup(gate: Gate) -> Callable[[Job], dict[str, float]]:
@@ -1022,7 +1027,7 @@ def evict_inefficient(
             device is None
             or device.id in used
             or device.id in snapshot.busy_device_ids
-            or not node_ok.get(device.node, True)
+            or not (device.schedulable and node_ok.get(device.node, True))
             or is_protected(job, snapshot)
             or (ledger.has_limits and ledger.is_limited(job))
         ):
@@ -1251,7 +1256,8 @@ def migrate(snapshot: Snapshot, decisions: Decisions) -> Decisions:
     for device in snapshot.devices:
         speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
         if (
-            node_ok.get(device.node, True)
+            device.schedulable
+            and node_ok.get(device.node, True)
             and device.id not in snapshot.busy_device_ids
             and device.id not in held_devices
             and device.id not in started_devices
@@ -1284,7 +1290,7 @@ def migrate(snapshot: Snapshot, decisions: Decisions) -> Decisions:
         device = device_by_id.get(job.devices[0])
         if (
             device is None
-            or not node_ok.get(device.node, True)
+            or not (device.schedulable and node_ok.get(device.node, True))
             or device.id in snapshot.busy_device_ids
         ):
             continue

@@ -233,6 +233,8 @@ def run_pass(
     usable: dict[int, Device] = {}
     whole: tuple[FreeCounts, dict[str, int]] = ({}, {})  # every device, drained nodes too
     for device in snapshot.devices:
+        if not device.schedulable:
+            continue  # cordoned: out of service, not waiting for its node (NodeDrained)
         by_node = whole[0].setdefault(device.device_type, {})
         by_node[device.node] = by_node.get(device.node, 0) + 1
         whole[1][device.device_type] = whole[1].get(device.device_type, 0) + 1

@@ -15,7 +15,7 @@ from jobs.choices import JobState
 from jobs.models import Job
 from jobs.services import JobSpec, job_start, job_submit
 from scheduler.services import _devices_refusing_starts, scheduling_round_run
-from tests.scheduler.livefixtures import configure_tiresias_rules, simulated_cluster
+from tests.scheduler.livefixtures import age_job, configure_tiresias_rules, simulated_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -89,6 +89,26 @@ def test_a_job_running_on_a_gpu_that_is_cordoned_runs_on(owner) -> None:  # type
     assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
     waiting.refresh_from_db()
     assert list(waiting.allocations.values_list("device_id", flat=True)) == [gpus[1].pk]
+
+
+@pytest.mark.parametrize("rules", ["tiresias", "default"])
+def test_a_job_on_a_cordoned_gpu_is_not_preempted_for_a_gpu_nobody_may_use(owner, rules) -> None:  # type: ignore[no-untyped-def]
+    if rules == "tiresias":
+        configure_tiresias_rules()
+    gpu = simulated_cluster(nodes=1, gpus_per_node=1)[0]
+    veteran = job_start(job_id=_submit(owner, 1).pk, device_ids=[gpu.pk])
+    Job.objects.filter(pk=veteran.pk).update(state=JobState.RUNNING)
+    age_job(veteran.pk, seconds=2 * 3600)  # two hours in: Tiresias would preempt it
+    device_cordon(device_id=gpu.pk, reason="Xid 79")
+    newcomer = _submit(owner, 1)
+
+    result = scheduling_round_run()
+
+    assert Job.objects.get(pk=veteran.pk).state == JobState.RUNNING
+    newcomer.refresh_from_db()
+    assert newcomer.state == JobState.PENDING
+    assert newcomer.reason.startswith("TypeUnavailable")
+    assert result.preemptions == 0
 
 
 def test_the_apply_step_refuses_a_start_on_a_gpu_cordoned_after_the_snapshot() -> None:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from accounts.choices import Role
 from config.errors import ValidationFailed
 from jobs.choices import JobState
 from jobs.models import Job
-from jobs.services import JobSpec, job_submit
+from jobs.services import JobSpec, job_start, job_submit
 from scheduler.services import scheduling_round_run
 from tests.factories import JobFactory
-from tests.scheduler.livefixtures import configure_tiresias_rules, simulated_cluster
+from tests.scheduler.livefixtures import age_job, configure_tiresias_rules, simulated_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +164,85 @@ def test_the_form_takes_job_ids_and_the_page_shows_what_the_job_waits_for(owner,
     assert list(job.depends_on.values_list("pk", flat=True)) == [first.pk]
     assert job.dependency == "afterany"
     assert f'<a href="/jobs/{first.pk}/">#{first.pk}</a> (running) to end' in done.content.decode()
+
+
+@pytest.mark.parametrize("held_by", ["dependency", "array cap"])
+def test_time_held_back_is_not_waiting_for_the_starvation_guard(owner, held_by) -> None:  # type: ignore[no-untyped-def]
+    # Default settings: a job waiting over an hour may preempt (the starvation guard).
+    gpus = simulated_cluster(nodes=1, gpus_per_node=4)
+    veteran = job_start(job_id=_submit(owner, num_gpus=4).pk, device_ids=[g.pk for g in gpus])
+    Job.objects.filter(pk=veteran.pk).update(state=JobState.RUNNING)
+    age_job(veteran.pk, seconds=1000)
+    if held_by == "dependency":
+        first = JobFactory(owner=owner, state=JobState.SUCCEEDED, finished_at=timezone.now())
+        released = _submit(owner, num_gpus=2, depends_on=[first.pk])
+    else:
+        released = _submit(owner, num_gpus=2, array_size=2, array_max_running=1)
+        sibling = Job.objects.get(array_id=released.array_id, array_index=1)
+        Job.objects.filter(pk=sibling.pk).update(
+            state=JobState.SUCCEEDED, finished_at=timezone.now()
+        )
+    age_job(released.pk, seconds=2 * 3600)  # submitted two hours ago, held until now
+
+    result = scheduling_round_run()
+
+    assert result.preemptions == 0
+    assert Job.objects.get(pk=veteran.pk).state == JobState.RUNNING
+
+
+def test_the_admin_shows_dependencies_read_only_and_keeps_a_job_others_wait_for(
+    owner, lab_admin, cluster
+) -> None:  # type: ignore[no-untyped-def]
+    failed = JobFactory(owner=owner, state=JobState.RUNNING)
+    waiting = _submit(owner, depends_on=[failed.pk])
+    Job.objects.filter(pk=failed.pk).update(state=JobState.FAILED)
+    running = JobFactory(owner=owner, state=JobState.RUNNING)
+    client = Client()
+    client.force_login(lab_admin)
+
+    change = client.get(f"/admin/jobs/job/{waiting.pk}/change/").content.decode()
+    assert 'name="depends_on"' not in change  # no editable list of every job
+    single = client.post(f"/admin/jobs/job/{failed.pk}/delete/", {"post": "yes"})
+    bulk = client.post(
+        "/admin/jobs/job/",
+        {"action": "delete_selected", "_selected_action": [failed.pk], "post": "yes"},
+    )
+    client.post(
+        "/admin/jobs/job/",
+        {"action": "delete_selected", "_selected_action": [running.pk], "post": "yes"},
+    )
+
+    assert Job.objects.filter(pk__in=[failed.pk, running.pk]).count() == 2
+    assert f"job(s) #{waiting.pk} wait for it" in single.content.decode()
+    assert f"job(s) #{waiting.pk} wait for it" in bulk.content.decode()
+    scheduling_round_run()
+    assert Job.objects.get(pk=waiting.pk).reason.startswith("DependencyNeverSatisfied")
+
+
+def test_a_huge_id_in_the_form_is_a_field_error(owner, cluster) -> None:  # type: ignore[no-untyped-def]
+    client = Client()
+    client.force_login(owner)
+    form = {"image": "img:1", "command": "true", "num_gpus": 1, "consolidation": "preferred",
+            "max_retries": 0, "depends_on": "9" * 5000}  # fmt: skip
+
+    response = client.post("/jobs/submit/", form)
+
+    assert response.status_code == 400
+    assert "Not a job id" in response.content.decode()
+
+
+def test_ids_a_viewer_may_not_see_read_null_in_the_api(
+    owner, outsider, lab_admin, api_as, cluster
+) -> None:  # type: ignore[no-untyped-def]
+    theirs = JobFactory(owner=outsider, state=JobState.RUNNING)
+    mine = JobFactory(owner=lab_admin, state=JobState.RUNNING)
+    waiting = _submit(lab_admin, depends_on=[theirs.pk, mine.pk])
+    lab_admin.role = Role.STUDENT  # demoted: now sees only their own jobs
+    lab_admin.save()
+
+    detail = api_as(lab_admin).get(f"/api/v1/jobs/{waiting.pk}/").json()
+    listed = api_as(lab_admin).get("/api/v1/jobs/").json()["results"]
+
+    # Sorted by id before hiding: `theirs` was made first.
+    assert detail["depends_on"] == [None, mine.pk]
+    assert all(theirs.pk not in job["depends_on"] for job in listed)

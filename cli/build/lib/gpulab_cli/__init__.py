@@ -1,1 +1,0 @@
-"""gpulab's command line client (`gpulab`): the REST API for a terminal. See __main__."""
