@@ -15,6 +15,7 @@ install ./cli` from a gpulab checkout, or `python -m cli` in one.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import json
 import os
@@ -48,7 +49,11 @@ def config_path() -> Path:
 
 
 def settings_read(url_flag: str | None) -> tuple[str, str]:
-    """The server and token: flag or GPULAB_URL, GPULAB_TOKEN, then the config file."""
+    """The server and token: flag or GPULAB_URL, GPULAB_TOKEN, then the config file.
+
+    The saved token goes only to the server it was saved for: a mistyped --url (or http
+    for https) must not receive it.
+    """
     stored: dict[str, str] = {}
     path = config_path()
     if path.exists():
@@ -56,14 +61,40 @@ def settings_read(url_flag: str | None) -> tuple[str, str]:
             stored = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise SystemExit(f"gpulab: cannot read {path}: {exc}") from None
+        if not isinstance(stored, dict):
+            raise SystemExit(f"gpulab: {path} is not what `gpulab login` writes; log in again")
     url = url_flag or os.environ.get("GPULAB_URL") or stored.get("url", "")
-    token = os.environ.get("GPULAB_TOKEN") or stored.get("token", "")
+    token = os.environ.get("GPULAB_TOKEN", "")
+    if not token and stored.get("token"):
+        if _same_server(url, stored.get("url", "")):
+            token = stored["token"]
+        elif url:
+            raise SystemExit(
+                f"gpulab: the saved token is for {stored.get('url')}, not {url}: run "
+                f"`gpulab login --url {url}`, or set GPULAB_TOKEN."
+            )
     if not url or not token:
         raise SystemExit(
             "gpulab: no server or token: run `gpulab login --url https://your-gpulab`, or "
             "set GPULAB_URL and GPULAB_TOKEN (an API token from the web page API tokens)."
         )
     return url, token
+
+
+def _same_server(one: str, other: str) -> bool:
+    return one.strip().rstrip("/") == other.strip().rstrip("/")
+
+
+# Characters a terminal acts on (escape sequences, a carriage return that rewrites a line,
+# a bell): shown as \x1b and the like, so another user's job name or a server's error
+# cannot recolour, clear or forge lines on the reader's terminal.
+_CONTROL = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+
+
+def shown(text: object) -> str:
+    """`text` for a terminal: control characters made visible (a job's own log, which
+    its owner asked for, is the only thing printed raw)."""
+    return str(text).translate(_CONTROL)
 
 
 # --------------------------------------------------------------------------- commands
@@ -77,6 +108,8 @@ def cmd_login(args: argparse.Namespace, out: TextIO) -> int:
         token = getpass.getpass("API token (from the web page API tokens): ").strip()
     else:
         token = sys.stdin.readline().strip()
+    if not token:
+        raise SystemExit("gpulab login: no token given (create one on the web page API tokens)")
     client = Client(url, token)
     client.request("GET", "/api/v1/jobs/", params={"state": "RUNNING"})  # the token works
     path = config_path()
@@ -96,6 +129,13 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         command = command[1:]
     if not command:
         raise SystemExit("gpulab submit: give the command after the image: IMAGE -- ARGV...")
+    if command[0].startswith("-"):
+        # `gpulab submit img --gpus 3 python x.py`: everything after the image is the
+        # job's argv, so the option would have become the program.
+        raise SystemExit(
+            f"gpulab submit: the command starts with {command[0]!r}: put gpulab's options "
+            "before the image (IMAGE -- ARGV...)"
+        )
     spec: dict[str, Any] = {
         "image": args.image,
         "command": command,
@@ -120,7 +160,10 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         spec["array_size"], cap = args.array
         if cap is not None:
             spec["array_max_running"] = cap
-    job = client.submit(spec)
+    try:
+        job = client.submit(spec)
+    except ApiError as exc:
+        raise ApiError(exc.status, _with_flags(exc.message), exc.code) from None
     if job.get("array"):
         first, size = job["id"], job["array"]["size"]
         print(
@@ -129,10 +172,37 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
             file=out,
         )
         return 0
-    print(f"Submitted job {job['id']}: {job_status_line(job, _now())}", file=out)
-    if args.wait:
+    if args.wait:  # its first status line is the watch's
+        print(f"Submitted job {job['id']}.", file=out)
         return watch(client, job["id"], out=out, interval=args.interval)
+    print(f"Submitted job {job['id']}: {shown(job_status_line(job, _now()))}", file=out)
     return 0
+
+
+# The submission's fields as this command's options, so an error names what was typed.
+FIELD_FLAGS = {
+    "num_gpus": "--gpus",
+    "accepted_types": "--type",
+    "walltime_seconds": "--time",
+    "max_retries": "--retries",
+    "env": "--env",
+    "name": "--name",
+    "group": "--group",
+    "consolidation": "--consolidation",
+    "depends_on": "--dependency",
+    "dependency": "--dependency",
+    "array_size": "--array",
+    "array_max_running": "--array",
+    "command": "the command",
+    "image": "the image",
+}
+
+
+def _with_flags(message: str) -> str:
+    for field, flag in FIELD_FLAGS.items():
+        if message.startswith(f"{field}: ") or f"; {field}: " in message:
+            message = message.replace(f"{field}: ", f"{flag} ({field}): ", 1)
+    return message
 
 
 def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
@@ -158,23 +228,29 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
             time_column = since(job["finished_at"], now) + " ago"
         else:
             time_column = since(job["started_at"], now)
-        rows.append(
-            [
-                str(job["id"]),
-                job["name"],
-                job["owner"],
-                job["state"],
-                str(job["num_gpus"]),
-                ",".join(job["accepted_types"]) or "any",
-                str(job["queue_position"] or "-"),
-                time_column,
-                job["reason"],
-            ]
-        )
+        cells = [
+            job["id"],
+            job["name"],
+            job["owner"],
+            job["state"],
+            job["num_gpus"],
+            ",".join(job["accepted_types"]) or "any",
+            job["queue_position"] or "-",
+            time_column,
+            job["reason"],
+        ]
+        rows.append([shown(cell) for cell in cells])
     headers = ["ID", "NAME", "OWNER", "STATE", "GPUS", "TYPES", "POS", "TIME", "REASON"]
-    width = shutil.get_terminal_size((120, 24)).columns if out.isatty() else 0
+    width = _columns() if out.isatty() else 0
     print(table(headers, rows, width=width), file=out)
+    if client.jobs_total > len(jobs):
+        print(f"{len(jobs)} of {client.jobs_total} shown (--limit).", file=sys.stderr)
     return 0
+
+
+def _columns() -> int:
+    # 0 where the terminal does not say (Python 3.9 in some ptys): the usual width then.
+    return shutil.get_terminal_size((120, 24)).columns or 120
 
 
 def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
@@ -183,7 +259,7 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         json.dump(job, out, indent=2)
         print(file=out)
         return 0
-    print(job_status_line(job, _now()), file=out)
+    print(shown(job_status_line(job, _now())), file=out)
     fields = [
         ("name", job["name"]),
         ("owner", job["owner"] + (f" ({job['group']})" if job.get("group") else "")),
@@ -200,12 +276,12 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         goal = "succeed" if job.get("dependency") == "afterok" else "end"
         fields.append(("waits for", f"{ids} to {goal}"))
     for name, value in fields:
-        print(f"  {name:<10} {value}", file=out)
+        print(f"  {name:<10} {shown(value)}", file=out)
     if job.get("events"):
         print("history:", file=out)
         for event in job["events"]:
             change = f"{event['from_state'] or '-'} → {event['to_state']}"
-            print(f"  {event['created_at']}  {change:<24} {event['message']}", file=out)
+            print(f"  {event['created_at']}  {change:<24} {shown(event['message'])}", file=out)
     return 0
 
 
@@ -228,7 +304,7 @@ def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         try:
             job = client.cancel(job_id)
         except ApiError as exc:
-            print(f"gpulab: job {job_id}: {exc.message}", file=sys.stderr)
+            print(f"gpulab: job {job_id}: {shown(exc.message)}", file=sys.stderr)
             failed += 1
             continue
         print(f"Cancelled job {job['id']} ({job['state']}).", file=out)
@@ -241,7 +317,7 @@ def cmd_logs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     out.write(text)
     out.flush()
     while args.follow:
-        job = client.job(args.job)
+        job = patiently(lambda: client.job(args.job))
         if job["state"] in TERMINAL_STATES:
             # Read once more: what it wrote between the last read and its end.
             out.write(log_new_part(text, _logs_text(client, args.job, stream, text)))
@@ -256,13 +332,46 @@ def cmd_logs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
 
 
 def _logs_text(client: Client, job_id: int, stream: str, last: str) -> str:
-    """The tail now, or the last one read when the node cannot be read this moment."""
+    """The tail now, or the last one read when the node (503) or the server cannot be
+    read this moment."""
     try:
         return client.logs(job_id, stream)["text"]
     except ApiError as exc:
-        if exc.status == 503:
+        if exc.status in TRANSIENT_STATUSES or exc.status == 503:
             return last
         raise
+
+
+# Not an answer about the job: the server restarting (a deploy), a proxy in between
+# failing. Following a job rides them out rather than exiting as a failed job would.
+TRANSIENT_STATUSES = (0, 502, 503, 504)
+RETRY_MAX_SECONDS = 30.0
+
+
+def patiently(
+    call: Callable[[], Any],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    err: TextIO | None = None,
+) -> Any:
+    """`call()`, tried again with a growing pause while the server cannot be reached;
+    one line on stderr when it stops answering and one when it is back."""
+    pause, said = 1.0, False
+    while True:
+        try:
+            result = call()
+        except ApiError as exc:
+            if exc.status not in TRANSIENT_STATUSES:
+                raise
+            if not said:
+                print(f"gpulab: {shown(exc.message)[:200]}; trying again", file=err or sys.stderr)
+                said = True
+            sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_SECONDS)
+            continue
+        if said:
+            print("gpulab: the server answers again", file=err or sys.stderr)
+        return result
 
 
 def cmd_wait(args: argparse.Namespace, client: Client, out: TextIO) -> int:
@@ -284,19 +393,18 @@ def watch(
     bar against its walltime while it runs); elsewhere a line is printed per change.
     """
     live = out.isatty()
-    shown: tuple[str, Any] | None = None
+    printed: tuple[str, Any] | None = None
     while True:
-        job = client.job(job_id)
-        line = job_status_line(job, _now())
+        job = patiently(lambda: client.job(job_id), sleep=sleep)
+        line = shown(job_status_line(job, _now()))
         if live:
-            width = shutil.get_terminal_size((120, 24)).columns - 1
-            out.write("\r\033[K" + line[:width])
+            out.write("\r\033[K" + line[: _columns() - 1])
             out.flush()
-        elif (job["state"], job.get("queue_position")) != shown:
+        elif (job["state"], job.get("queue_position")) != printed:
             # Off a terminal (a log file, a pipe), a line when the state or the queue
             # position changes, not every tick.
             print(line, file=out)
-            shown = (job["state"], job.get("queue_position"))
+            printed = (job["state"], job.get("queue_position"))
         if job["state"] in TERMINAL_STATES:
             if live:
                 print(file=out)
@@ -350,17 +458,31 @@ def _env_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
+    return int(text)
+
+
+URL_HELP = "The gpulab server (default: GPULAB_URL, or the one `gpulab login` saved)."
+
+
 def parser_build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpulab", description="Submit, watch and cancel gpulab jobs."
     )
-    parser.add_argument("--url", help="The gpulab server (default: GPULAB_URL, or login's).")
+    parser.add_argument("--url", help=URL_HELP)
+    # Also after the command (`gpulab login --url …`, as the docs write it); not given
+    # there, the one before the command (or none) stands.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+    add_parser = functools.partial(commands.add_parser, parents=[common])
 
-    login = commands.add_parser("login", help="Save the server and an API token.")
+    login = add_parser("login", help="Save the server and an API token.")
     login.set_defaults(handler=cmd_login, needs_client=False)
 
-    submit = commands.add_parser(
+    submit = add_parser(
         "submit",
         help="Submit a job: gpulab submit [options] IMAGE -- ARGV...",
         description="Everything after IMAGE is the command, passed as argv (no shell).",
@@ -395,33 +517,33 @@ def parser_build() -> argparse.ArgumentParser:
     submit.add_argument("command", nargs=argparse.REMAINDER)
     submit.set_defaults(handler=cmd_submit)
 
-    jobs = commands.add_parser("jobs", help="List jobs (default: your active ones).")
+    jobs = add_parser("jobs", help="List jobs (default: your active ones).")
     jobs.add_argument("--all", "-a", action="store_true", help="Finished ones too.")
     jobs.add_argument("--state", "-s", action="append", help="Only this state (repeat).")
     jobs.add_argument("--owner", "-u", help="Only this user's (admins).")
     jobs.add_argument("--array", type=int, help="This array's tasks, in any state, by index.")
-    jobs.add_argument("--limit", type=int, default=50, help="At most this many (default 50).")
+    jobs.add_argument("--limit", type=_positive, default=50, help="At most this many (default 50).")
     jobs.add_argument("--json", action="store_true", help="As the API's JSON.")
     jobs.set_defaults(handler=cmd_jobs)
 
-    show = commands.add_parser("show", help="A job's details and history.")
+    show = add_parser("show", help="A job's details and history.")
     show.add_argument("job", type=int)
     show.add_argument("--json", action="store_true", help="As the API's JSON.")
     show.set_defaults(handler=cmd_show)
 
-    logs = commands.add_parser("logs", help="A job's log tail (stdout, or --stderr).")
+    logs = add_parser("logs", help="A job's log tail (stdout, or --stderr).")
     logs.add_argument("job", type=int)
     logs.add_argument("--stderr", action="store_true")
     logs.add_argument("--follow", "-f", action="store_true", help="Until the job ends.")
     logs.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
     logs.set_defaults(handler=cmd_logs)
 
-    wait = commands.add_parser("wait", help="Follow a job to its end; exit as it did.")
+    wait = add_parser("wait", help="Follow a job to its end; exit as it did.")
     wait.add_argument("job", type=int)
     wait.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
     wait.set_defaults(handler=cmd_wait)
 
-    cancel = commands.add_parser("cancel", help="Cancel jobs of yours.")
+    cancel = add_parser("cancel", help="Cancel jobs of yours.")
     cancel.add_argument("jobs", type=int, nargs="*", metavar="JOB")
     cancel.add_argument("--array", type=int, help="Also every task of this array not ended.")
     cancel.set_defaults(handler=cmd_cancel)
@@ -437,11 +559,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         url, token = settings_read(args.url)
         return args.handler(args, Client(url, token), out)
     except ApiError as exc:
-        print(f"gpulab: {exc.message}", file=sys.stderr)
+        print(f"gpulab: {shown(exc.message)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except EOFError:  # Ctrl-D at the token prompt
+        print(file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`gpulab jobs | head`): nothing more to say, and nothing
+        # for Python to complain about when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

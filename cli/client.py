@@ -7,6 +7,7 @@ prints it as is.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -66,6 +67,7 @@ class Client:
     def __init__(self, url: str, token: str) -> None:
         self.base = url.rstrip("/")
         self.token = token
+        self.jobs_total = 0  # how many jobs the last `jobs` listing matched in all
 
     def request(
         self,
@@ -90,10 +92,22 @@ class Client:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise self._refusal(exc) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            # ValueError: a URL urllib cannot use (a port that is not a number).
+            reason = getattr(exc, "reason", None) or exc
             raise ApiError(0, f"cannot reach {self.base}: {reason}") from None
-        return json.loads(raw) if raw else None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(0, self._not_the_api()) from None
+
+    def _not_the_api(self) -> str:
+        return (
+            f"{self.base} answered with something other than the gpulab API (a login or "
+            "proxy page?): give GPULAB_URL as the server's own address, without a path"
+        )
 
     def _refusal(self, exc: urllib.error.HTTPError) -> ApiError:
         raw = exc.read()
@@ -101,9 +115,12 @@ class Client:
             message, code = error_message(json.loads(raw))
         except ValueError:
             message, code = raw.decode(errors="replace").strip()[:200] or exc.reason, ""
+            if exc.code == 404 or raw.lstrip()[:1] == b"<":
+                message = f"{exc.code}: {self._not_the_api()}"
         if 300 <= exc.code < 400:
-            where = exc.headers.get("Location", "elsewhere")
-            message = f"the server redirects to {where}: give GPULAB_URL as that address"
+            where = urllib.parse.urlsplit(exc.headers.get("Location", ""))
+            server = f"{where.scheme}://{where.netloc}" if where.netloc else "elsewhere"
+            message = f"the server redirects to {server}: give GPULAB_URL as that address"
         if exc.code == 401:
             message = f"{message} (check GPULAB_TOKEN, or run `gpulab login`)"
         return ApiError(exc.code, message, code)
@@ -141,6 +158,9 @@ class Client:
         page, given = 1, 0
         while given < limit:
             data = self.request("GET", "/api/v1/jobs/", params=[*params, ("page", str(page))])
+            if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+                raise ApiError(0, self._not_the_api())
+            self.jobs_total = int(data.get("count") or 0)
             for job in data["results"]:
                 yield job
                 given += 1

@@ -105,6 +105,9 @@ def job_status_line(job: dict, now: datetime) -> str:
     if state in {"STARTING", "RUNNING", "PREEMPTING"}:
         started = parse_time(job.get("started_at"))
         ran = (now - started).total_seconds() if started else 0.0
+        if job.get("run_seconds") is not None:
+            # All attempts together, as the walltime counts them (not only this run).
+            ran = float(job["run_seconds"])
         walltime = job.get("walltime_seconds")
         if walltime:
             return f"{head} {progress_bar(ran / walltime)} {duration(ran)} of {duration(walltime)}"

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.selectors import job_measured_rates
-from jobs.selectors import jobs_live_service
+from jobs.selectors import job_run_seconds, jobs_live_service
 
 from .. import validation
 from ..choices import Consolidation, DependencyKind
@@ -214,6 +214,9 @@ class JobOutput(serializers.ModelSerializer):
     depends_on = serializers.SerializerMethodField(
         help_text="Ids of the jobs this one waits for; null for one the caller may not see."
     )
+    run_seconds = serializers.SerializerMethodField(
+        help_text="Seconds it has held GPUs, all attempts together: what walltime_seconds limits."
+    )
     array = serializers.SerializerMethodField(
         help_text="The array this job is a task of, or null: {id, index, size, max_running}."
     )
@@ -232,6 +235,7 @@ class JobOutput(serializers.ModelSerializer):
             "accepted_types",
             "consolidation",
             "walltime_seconds",
+            "run_seconds",
             "max_retries",
             "depends_on",
             "dependency",
@@ -250,6 +254,15 @@ class JobOutput(serializers.ModelSerializer):
             "started_at",
             "finished_at",
         ]
+
+    def get_run_seconds(self, job: Job) -> float:
+        seconds = job_run_seconds(
+            state=job.state,
+            total_run_seconds=job.total_run_seconds,
+            started_at=job.started_at,
+            now=timezone.now(),
+        )
+        return round(seconds, 1)
 
     @extend_schema_field({"type": "array", "items": {"type": "integer", "nullable": True}})
     def get_depends_on(self, job: Job) -> list[int]:

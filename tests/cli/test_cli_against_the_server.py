@@ -117,7 +117,7 @@ def test_a_refused_submission_names_the_field_and_stores_nothing(
     status, _ = as_user(owner)("submit", "--gpus", "0", "img:1", "--", "true")
 
     assert status == 1
-    assert "num_gpus:" in capsys.readouterr().err
+    assert "--gpus (num_gpus): Must be at least 1." in capsys.readouterr().err
     assert not Job.objects.exists()
 
 
@@ -256,6 +256,68 @@ def test_login_checks_the_token_and_saves_it_readable_by_the_owner_only(
     out = Terminal()
     assert main(["jobs"], out=out) == 0  # no GPULAB_URL or GPULAB_TOKEN: the saved ones
     assert "from-saved-login" in out.getvalue()
+
+
+def test_login_takes_the_url_after_the_command_as_the_docs_write_it(
+    owner, live_server, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("GPULAB_URL", raising=False)
+    monkeypatch.delenv("GPULAB_TOKEN", raising=False)
+    _, key = api_token_create(user=owner, name="login")
+    monkeypatch.setattr("sys.stdin", io.StringIO(key + "\n"))
+
+    assert main(["login", "--url", live_server.url + "/"], out=Terminal()) == 0
+    assert main(["jobs", "--url", live_server.url], out=Terminal()) == 0  # slash or not
+
+
+def test_the_saved_token_is_never_sent_to_another_server(
+    owner, live_server, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("GPULAB_TOKEN", raising=False)
+    _, key = api_token_create(user=owner, name="login")
+    monkeypatch.setattr("sys.stdin", io.StringIO(key + "\n"))
+    main(["login", "--url", live_server.url], out=Terminal())
+    sent: list[str] = []
+    monkeypatch.setattr(Client, "request", lambda self, *a, **k: sent.append(self.token))
+
+    with pytest.raises(SystemExit, match="the saved token is for"):
+        main(["--url", "http://127.0.0.1:9", "jobs"], out=Terminal())
+    assert sent == []
+
+
+def test_other_peoples_text_cannot_drive_the_readers_terminal(owner, lab_admin, as_user) -> None:  # type: ignore[no-untyped-def]
+    JobFactory(owner=owner, name="evil\x1b]0;pwned\x07\x1b[31mRED\nforged row")
+
+    _, out = as_user(lab_admin)("jobs")
+
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil\\x1b]0;pwned\\x07\\x1b[31mRED\\x0aforged row" in out
+    assert len(out.splitlines()) == 2  # the header and one row: no forged line
+
+
+def test_jobs_says_when_the_limit_cut_the_list(owner, as_user, capsys) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(3):
+        JobFactory(owner=owner)
+
+    _, out = as_user(owner)("jobs", "--limit", "2")
+
+    assert len(out.splitlines()) == 3
+    assert "2 of 3 shown (--limit)." in capsys.readouterr().err
+
+
+def test_an_option_after_the_image_is_refused_not_run(small_cluster, owner, as_user) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit, match="the command starts with '--gpus'"):
+        as_user(owner)("submit", "img:1", "--gpus", "3", "python", "x.py")
+    assert not Job.objects.exists()
+
+
+def test_a_url_that_is_not_the_api_is_said_so(owner, as_user, live_server, capsys) -> None:  # type: ignore[no-untyped-def]
+    run = as_user(owner)
+
+    assert run("--url", live_server.url + "/gpulab", "jobs")[0] == 1
+    assert "other than the gpulab API" in capsys.readouterr().err
 
 
 def test_a_server_that_does_not_answer_is_said_so(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

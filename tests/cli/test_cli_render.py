@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.__main__ import _array, _dependency, cmd_logs
+from cli.__main__ import _array, _dependency, cmd_logs, patiently
 from cli.client import ApiError, error_message
 from cli.render import (
     duration,
@@ -191,3 +191,29 @@ def test_arrays_are_read_as_slurm_counts_them() -> None:
     for text in ("", "%2", "10%", "1-5", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             _array(text)
+
+
+def test_the_walltime_bar_counts_every_attempt() -> None:
+    started = (NOW - timedelta(seconds=10)).isoformat()
+    job = _job(state="RUNNING", started_at=started, walltime_seconds=120, run_seconds=90)
+    assert job_status_line(job, NOW) == (
+        "job 5 RUNNING [##################------]  75% 1m30s of 2m00s"
+    )
+
+
+def test_following_rides_out_a_server_that_is_away_and_says_so_once() -> None:
+    answers = [ApiError(502, "Bad Gateway"), ApiError(0, "cannot reach"), {"state": "RUNNING"}]
+
+    def call() -> dict:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    err = io.StringIO()
+    assert patiently(call, sleep=lambda _: None, err=err) == {"state": "RUNNING"}
+    assert err.getvalue() == (
+        "gpulab: Bad Gateway; trying again\ngpulab: the server answers again\n"
+    )
+    with pytest.raises(ApiError):  # an answer about the job is not retried
+        patiently(lambda: (_ for _ in ()).throw(ApiError(404, "Not found.")), err=err)
