@@ -156,6 +156,8 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         spec["walltime_seconds"] = args.time
     if args.dependency is not None:
         spec["dependency"], spec["depends_on"] = args.dependency
+    if args.mail_type is not None:
+        spec["notify"] = MAIL_TYPES[args.mail_type]
     if args.array is not None:
         spec["array_size"], cap = args.array
         if cap is not None:
@@ -179,6 +181,9 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     return 0
 
 
+# Slurm's --mail-type names, as the API's `notify` values.
+MAIL_TYPES = {"NONE": "", "END": "end", "FAIL": "fail", "ALL": "all"}
+
 # The submission's fields as this command's options, so an error names what was typed.
 FIELD_FLAGS = {
     "num_gpus": "--gpus",
@@ -193,6 +198,7 @@ FIELD_FLAGS = {
     "dependency": "--dependency",
     "array_size": "--array",
     "array_max_running": "--array",
+    "notify": "--mail-type",
     "command": "the command",
     "image": "the image",
 }
@@ -504,6 +510,12 @@ def parser_build() -> argparse.ArgumentParser:
         "-d",
         type=_dependency,
         help="Start after jobs of yours: afterok:12:13 (they succeeded) or afterany:12.",
+    )
+    submit.add_argument(
+        "--mail-type",
+        type=str.upper,
+        choices=list(MAIL_TYPES),
+        help="Email yourself: END, FAIL (only if it fails), ALL (start and end), NONE.",
     )
     submit.add_argument(
         "--array",

@@ -75,6 +75,24 @@ class DependencyKind(models.TextChoices):
     AFTER_ANY = "afterany", "After they all end, however"
 
 
+class Notify(models.TextChoices):
+    """When the owner gets an email about the job (Slurm's --mail-type)."""
+
+    NEVER = "", "Never"
+    END = "end", "When it ends"
+    FAIL = "fail", "If it fails"
+    ALL = "all", "When it starts and when it ends"
+
+
+# The states each choice mails about: ending as a whole, not the requeue of an attempt.
+NOTIFY_STATES: dict[str, frozenset[str]] = {
+    Notify.NEVER: frozenset(),
+    Notify.END: frozenset({"SUCCEEDED", "FAILED", "CANCELLED"}),
+    Notify.FAIL: frozenset({"FAILED"}),
+    Notify.ALL: frozenset({"RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}),
+}
+
+
 class EventActor(models.TextChoices):
     USER = "user", "User"
     SCHEDULER = "scheduler", "Scheduler"

@@ -8,7 +8,7 @@ from django import forms
 
 from accounts.models import User
 
-from .choices import Consolidation, DependencyKind
+from .choices import Consolidation, DependencyKind, Notify
 from .models import Job
 from .services import JobSpec
 from .validation import MAX_ARRAY_SIZE, MAX_COMMAND_LAUNCH_BYTES, MAX_WALLTIME_SECONDS
@@ -78,6 +78,12 @@ class JobSubmitForm(forms.Form):
         help_text="When those jobs have all succeeded, or all ended however.",
     )
 
+    notify = forms.ChoiceField(
+        choices=Notify.choices,
+        required=False,
+        label="Email me",
+        help_text="At your account's address (Slurm's --mail-type).",
+    )
     array_size = forms.IntegerField(
         required=False,
         min_value=1,
@@ -164,6 +170,7 @@ class JobSubmitForm(forms.Form):
             max_retries=data["max_retries"],
             group=data.get("group") or None,
             depends_on=data["depends_on"],
+            notify=data.get("notify") or "",
             array_size=data.get("array_size"),
             array_max_running=data.get("array_max_running"),
             dependency=data.get("dependency") or DependencyKind.AFTER_OK,
@@ -192,6 +199,7 @@ def initial_from_job(job: Job) -> dict[str, object]:
         "env": "\n".join(f"{name}={value}" for name, value in job.env.items()),
         "depends_on": ", ".join(str(pk) for pk in job.depends_on.values_list("pk", flat=True)),
         "dependency": job.dependency,
+        "notify": job.notify,
     }
     if job.group is not None:
         initial["group"] = job.group.name

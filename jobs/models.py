@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from .choices import Consolidation, DependencyKind, EventActor, JobState
+from .choices import Consolidation, DependencyKind, EventActor, JobState, Notify
 
 
 class JobArray(models.Model):
@@ -60,6 +60,8 @@ class Job(models.Model):
         JobArray, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks"
     )
     array_index = models.PositiveIntegerField(null=True, blank=True)
+    # Email its owner when it starts or ends (jobs.notifications).
+    notify = models.CharField(max_length=8, choices=Notify.choices, default="", blank=True)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     reason = models.CharField(

@@ -8,6 +8,7 @@ so when two workers race for the same job exactly one wins and the other gets
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,14 +30,17 @@ from scheduler.triggers import round_request_on_commit
 from . import validation
 from .choices import (
     HOLDING_STATES,
+    NOTIFY_STATES,
     TERMINAL_STATES,
     TRANSITIONS,
     Consolidation,
     DependencyKind,
     EventActor,
     JobState,
+    Notify,
 )
 from .models import Allocation, Job, JobArray, JobEvent
+from .notifications import job_notify_request
 from .selectors import job_get_for_user, job_run_seconds
 
 
@@ -56,6 +60,7 @@ class JobSpec:
     group: Any = None  # group name; None = the owner's default group
     depends_on: Any = field(default_factory=list)  # ids of jobs of the owner's to wait for
     dependency: Any = DependencyKind.AFTER_OK.value
+    notify: Any = ""  # email the owner: "", "end", "fail" or "all" (Slurm's --mail-type)
     array_size: Any = None  # N: submit N tasks, GPULAB_ARRAY_INDEX 0..N-1 (Slurm's --array)
     array_max_running: Any = None  # at most this many tasks hold GPUs at once; None: no cap
 
@@ -128,6 +133,10 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
                 "array_max_running",
                 validation.integer_errors(spec.array_max_running, minimum=1),
             )
+    if spec.notify not in Notify.values:
+        check("notify", [f"Choose one of: {', '.join(v for v in Notify.values if v)}, or empty."])
+    elif spec.notify and not owner.email:
+        check("notify", ["Your account has no email address; ask an admin to add one."])
     check("depends_on", validation.dependency_ids_errors(spec.depends_on))
     if spec.dependency not in DependencyKind.values:
         check("dependency", [f"Choose one of: {', '.join(DependencyKind.values)}."])
@@ -187,6 +196,7 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
                 walltime_seconds=spec.walltime_seconds,
                 max_retries=spec.max_retries,
                 dependency=spec.dependency,
+                notify=spec.notify,
                 array=array,
                 array_index=None if array is None else index,
                 state=JobState.PENDING,
@@ -354,6 +364,7 @@ def job_transition(
     with transaction.atomic():
         row = Job.objects.filter(pk=job_id).values(
             "state",
+            "notify",
             "attempt",
             "pending_since",
             "retry_not_before",
@@ -411,6 +422,11 @@ def job_transition(
             actor_user=actor_user,
             message=message,
         )
+        if to_state in NOTIFY_STATES[current["notify"]]:
+            # After commit: no mail about a change that rolled back.
+            transaction.on_commit(
+                functools.partial(job_notify_request, job_id=job_id, state=to_state), robust=True
+            )
         return Job.objects.get(pk=job_id)
 
 

@@ -246,6 +246,23 @@ GPULAB_TRUSTED_PROXY_COUNT = env_int("GPULAB_TRUSTED_PROXY_COUNT", 0, minimum=0)
 GPULAB_ROUND_HISTORY_DAYS = env_int("GPULAB_ROUND_HISTORY_DAYS", 30, minimum=1)
 # How scheduling rounds run: "celery" (worker + beat), "embedded" (a thread in the web
 # process, for the demo), or "off" (nothing is requested; tests drive rounds directly).
+# Mail to job owners who asked for it (`Job.notify`): SMTP when GPULAB_EMAIL_HOST is set,
+# otherwise Django's console backend (the mail is written to the log, as in the demo).
+GPULAB_EMAIL_HOST = env.str("GPULAB_EMAIL_HOST", default="")
+if GPULAB_EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = GPULAB_EMAIL_HOST
+    EMAIL_PORT = env_int("GPULAB_EMAIL_PORT", 587, minimum=1, maximum=65535)
+    EMAIL_HOST_USER = env.str("GPULAB_EMAIL_USER", default="")
+    EMAIL_HOST_PASSWORD = env.str("GPULAB_EMAIL_PASSWORD", default="")
+    EMAIL_USE_TLS = env_bool("GPULAB_EMAIL_USE_TLS", True)
+    EMAIL_TIMEOUT = 20
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+DEFAULT_FROM_EMAIL = env.str("GPULAB_EMAIL_FROM", default="gpulab@localhost")
+# The address people open gpulab at, for links in mail ("" = no link).
+GPULAB_SITE_URL = env.str("GPULAB_SITE_URL", default="")
+
 GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="celery")
 if GPULAB_SCHEDULER_MODE not in {"celery", "embedded", "off"}:
     raise ImproperlyConfigured(

@@ -13,7 +13,7 @@ from agents.selectors import job_measured_rates
 from jobs.selectors import job_run_seconds, jobs_live_service
 
 from .. import validation
-from ..choices import Consolidation, DependencyKind
+from ..choices import Consolidation, DependencyKind, Notify
 from ..models import Job, JobEvent
 
 
@@ -160,6 +160,14 @@ class JobSubmitInput(serializers.Serializer):
         "holds this job for good: DependencyNeverSatisfied); afterany: once they all ended.",
     )
 
+    notify = serializers.ChoiceField(
+        choices=Notify.choices,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Email the owner (their account's address): end, fail (only if it fails), "
+        "all (when it starts and when it ends), or empty for never (Slurm's --mail-type).",
+    )
     array_size = ArraySizeField(
         required=False,
         default=None,
@@ -240,6 +248,7 @@ class JobOutput(serializers.ModelSerializer):
             "depends_on",
             "dependency",
             "array",
+            "notify",
             "state",
             "reason",
             "queue_position",

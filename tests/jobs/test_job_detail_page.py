@@ -431,6 +431,7 @@ def test_clone_prefills_the_form_and_resubmits_the_same_job(owner, source_job, s
         "group": "vision",
         "depends_on": "",
         "dependency": "afterok",
+        "notify": "",
     }
     assert 'value="python train.py --name &#x27;my run&#x27;"' in response.content.decode()
     # Posting the pre-filled values back submits an identical job.
