@@ -217,3 +217,12 @@ def test_following_rides_out_a_server_that_is_away_and_says_so_once() -> None:
     )
     with pytest.raises(ApiError):  # an answer about the job is not retried
         patiently(lambda: (_ for _ in ()).throw(ApiError(404, "Not found.")), err=err)
+
+
+@pytest.mark.django_db
+def test_the_tokens_page_says_how_to_log_the_command_line_in(owner, client) -> None:  # type: ignore[no-untyped-def]
+    client.force_login(owner)
+
+    page = client.get("/account/tokens/").content.decode()
+
+    assert "gpulab login --url http://testserver" in page
