@@ -302,8 +302,11 @@ def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     failed = 0
     job_ids = list(args.jobs)
     if args.array is not None:  # its tasks that have not ended (Slurm's scancel ARRAY)
-        active = client.jobs(states=ACTIVE_STATES, array=args.array, limit=10_000)
-        job_ids += [job["id"] for job in active]
+        # Every task, filtered here: pages filtered on state would shift as tasks end
+        # during the listing, and skip one. Last index first: a held task cancelled
+        # before a running one is not started in the slot the running one leaves.
+        tasks = list(client.jobs(array=args.array, limit=100_000))
+        job_ids += [job["id"] for job in reversed(tasks) if job["state"] in ACTIVE_STATES]
     if not job_ids:
         print("No jobs to cancel.", file=out)
     for job_id in job_ids:

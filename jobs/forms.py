@@ -95,6 +95,7 @@ class JobSubmitForm(forms.Form):
     array_max_running = forms.IntegerField(
         required=False,
         min_value=1,
+        max_value=MAX_ARRAY_SIZE,
         label="Array: at most running",
         help_text="Optional: how many of the copies may hold GPUs at once.",
     )

@@ -131,7 +131,9 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
         else:
             check(
                 "array_max_running",
-                validation.integer_errors(spec.array_max_running, minimum=1),
+                validation.integer_errors(
+                    spec.array_max_running, minimum=1, maximum=validation.MAX_ARRAY_SIZE
+                ),
             )
     if spec.notify not in Notify.values:
         check("notify", [f"Choose one of: {', '.join(v for v in Notify.values if v)}, or empty."])

@@ -176,6 +176,12 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
     the others, and never half-applied.
     """
     result = ApplyResult()
+    if context.wait_restarted:
+        # Offered now after their array's cap held them: their wait starts here (before
+        # any start below folds it into the job's accounting).
+        Job.objects.filter(pk__in=context.wait_restarted, state=JobState.PENDING).update(
+            pending_since=now
+        )
     _apply_queue_changes(decisions.queue_changes, now)
     for preemption in decisions.preemptions:
         _apply_preemption(preemption, context, result)

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
 from agents.selectors import JobProgram, argv_text, measured_rates
@@ -119,17 +119,14 @@ def dependency_reasons(pending: dict[int, str]) -> tuple[dict[int, str], dict[in
     return reasons, released
 
 
-def array_limit_reasons(
-    rows: list[dict[str, Any]], *, waiting: set[int]
-) -> tuple[dict[int, str], dict[int, datetime]]:
+def array_limit_reasons(rows: list[dict[str, Any]], *, waiting: set[int]) -> dict[int, str]:
     """Pending tasks of capped arrays beyond the cap, with the reason: an array with cap K
     and R tasks holding GPUs offers the policy only its K - R pending tasks of lowest
     index (not held back otherwise, e.g. by a dependency in `waiting`), so no round can
     start more than the cap however many fit.
 
-    Also, for the tasks offered, when their array's latest task ended: the slot it left
-    is when they became free to start, as far as waiting counts (see
-    `dependency_reasons`); before it, their own array's cap held them."""
+    Time a task was held so is not waiting: see `RoundContext.wait_restarted`.
+    """
     running: dict[int, int] = defaultdict(int)
     pending: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for row in rows:
@@ -147,27 +144,13 @@ def array_limit_reasons(
         # No count of its running tasks: read before this round's starts, it would be
         # stale as soon as the round applied them.
         detail = f"array {array_id} runs at most {cap} task{'s' if cap != 1 else ''} at once"
-        ordered = sorted(tasks)
-        for _, job_id in ordered[max(cap - now_running, 0) :]:
+        for _, job_id in sorted(tasks)[max(cap - now_running, 0) :]:
             reasons[job_id] = str(Reason(ReasonCode.ARRAY_LIMIT, detail))
-    offered = {job_id for tasks in pending.values() for _, job_id in tasks} - set(reasons)
-    released: dict[int, datetime] = {}
-    if offered:
-        last_end = dict(
-            Job.objects.filter(array_id__in=list(pending), finished_at__isnull=False)
-            .values("array_id")
-            .annotate(last=Max("finished_at"))
-            .values_list("array_id", "last")
-            .order_by()
-        )
-        for array_id, tasks in pending.items():
-            if (end := last_end.get(array_id)) is not None:
-                released.update({job_id: end for _, job_id in tasks if job_id in offered})
-    return reasons, released
+    return reasons
 
 
 def _jobs_text(job_ids: list[int]) -> str:
-    """ "job #12, job #13": each named as `jobs.selectors.texts_for_viewer` finds it, so a
+    """Each job as `jobs.selectors.texts_for_viewer` finds it ("job #12, job #13"), so a
     viewer who may not see one reads "another job" there."""
     shown = ", ".join(f"job #{job_id}" for job_id in job_ids[:10])
     more = f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else ""
@@ -186,6 +169,10 @@ class RoundContext:
     # account is disabled, or they left the job's group): job id -> reason, only where the
     # stored reason differs.
     left_out_reasons: dict[int, str] = field(default_factory=dict)
+    # Pending array tasks offered this round that their array's cap held until now: the
+    # apply step starts their wait (`pending_since`) now, so the hours the cap held them
+    # never count as waiting (the starvation guard, preemption patience).
+    wait_restarted: frozenset[int] = frozenset()
 
 
 def _epoch(moment: datetime | None) -> float | None:
@@ -269,10 +256,19 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     active = (
         Job.objects.filter(state__in=SNAPSHOT_STATES)
         .exclude(state=JobState.PENDING, retry_not_before__gt=now)
-        .annotate(command_text=argv_text(), owner_is_member=Exists(owner_is_member))
+        .annotate(
+            command_text=argv_text(),
+            owner_is_member=Exists(owner_is_member),
+            # In the same query: the dependencies themselves are read only for the few
+            # pending jobs that have any.
+            has_dependencies=Exists(
+                Job.depends_on.through.objects.filter(from_job_id=OuterRef("pk"))
+            ),
+        )
     )
     read = active.values(
         "id", "owner__username", "owner_id", "owner__is_active", "owner_is_member",
+        "has_dependencies",
         "group__name", "group_id", "dependency", "array_id", "array_index",
         "array__max_running",
         "num_gpus", "submitted_at", "state", "accepted_types", "consolidation",
@@ -286,13 +282,25 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     # Nor is a pending job that waits for other jobs (`Job.depends_on`).
     read = list(read)
     waits, released = dependency_reasons(
-        {row["id"]: row["dependency"] for row in read if row["state"] == JobState.PENDING}
+        {
+            row["id"]: row["dependency"]
+            for row in read
+            if row["state"] == JobState.PENDING and row["has_dependencies"]
+        }
     )
     # Nor is an array task past its array's cap on running tasks.
-    capped, slot_opened = array_limit_reasons(read, waiting=set(waits))
-    waits |= capped
-    for job_id, moment in slot_opened.items():
-        released[job_id] = max(moment, released.get(job_id, moment))
+    waits |= array_limit_reasons(read, waiting=set(waits))
+    # Tasks held by their array's cap until this round (the reason says so): their wait
+    # starts now, however the slot opened (a task ended, was cancelled, or went back to
+    # a retry's backoff). The apply step stores it.
+    cap_code = f"{ReasonCode.ARRAY_LIMIT}:"
+    wait_restarted = {
+        row["id"]
+        for row in read
+        if row["state"] == JobState.PENDING
+        and row["id"] not in waits
+        and (row["reason"] or "").startswith(cap_code)
+    }
     rows: list[dict[str, Any]] = []
     left_out_reasons: dict[int, str] = {}
     for row in read:
@@ -372,8 +380,10 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
             # backoff is not waiting: the spell starts when the job may start.
             pending_since = _epoch(eligible_since(row["pending_since"], row["retry_not_before"]))
             if pending_since is not None and job_id in released:
-                # Held by its dependencies or its array's cap until then (see above).
+                # Held by its dependencies until then (see `dependency_reasons`).
                 pending_since = max(pending_since, released[job_id].timestamp())
+            if job_id in wait_restarted:
+                pending_since = now_s
             # Waiting counts only after the job has run (scheduler.core.accounting).
             if pending_since is not None and executed > 0:
                 waiting += max(now_s - pending_since, 0.0)
@@ -442,6 +452,7 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         node_of_device=node_of_device,
         preempting_devices=preempting_devices,
         left_out_reasons=left_out_reasons,
+        wait_restarted=frozenset(wait_restarted),
     )
     return snapshot, context
 

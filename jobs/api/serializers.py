@@ -91,8 +91,8 @@ class ArraySizeField(serializers.JSONField):
     pass
 
 
-@extend_schema_field({"type": "integer", "minimum": 1})
-class PositiveField(serializers.JSONField):
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": validation.MAX_ARRAY_SIZE})
+class ArrayCapField(serializers.JSONField):
     pass
 
 
@@ -175,7 +175,7 @@ class JobSubmitInput(serializers.Serializer):
         help_text="Submit this many tasks of the job (Slurm's --array): task i runs with "
         "GPULAB_ARRAY_INDEX=i (and GPULAB_ARRAY_ID, GPULAB_ARRAY_SIZE). The answer is task 0.",
     )
-    array_max_running = PositiveField(
+    array_max_running = ArrayCapField(
         required=False,
         default=None,
         allow_null=True,

@@ -12,9 +12,12 @@ from agents.services import _launch_spec
 from config.errors import ValidationFailed
 from jobs.choices import JobState
 from jobs.models import Job, JobEvent
-from jobs.services import JobSpec, job_submit
-from scheduler.services import scheduling_round_run
-from tests.scheduler.livefixtures import configure_tiresias_rules, simulated_cluster
+from jobs.services import JobSpec, job_cancel, job_finish, job_mark_running, job_submit
+from scheduler.core.types import Decisions
+from scheduler.selectors import scheduler_config_get, scheduler_settings_from
+from scheduler.services import decisions_apply, scheduling_round_run
+from scheduler.snapshot import snapshot_build
+from tests.scheduler.livefixtures import age_job, configure_tiresias_rules, simulated_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -90,6 +93,7 @@ def test_a_bad_array_names_the_field_and_the_quota_counts_every_task(owner, clus
         ({"array_size": 1001}, "array_size"),
         ({"array_size": "3"}, "array_size"),
         ({"array_size": 3, "array_max_running": 0}, "array_max_running"),
+        ({"array_size": 3, "array_max_running": 2**31}, "array_max_running"),
         ({"array_max_running": 2}, "array_max_running"),
     ):
         with pytest.raises(ValidationFailed) as refused:
@@ -140,3 +144,49 @@ def test_the_form_submits_an_array_and_the_page_shows_the_task(owner, cluster) -
     assert Job.objects.count() == 4
     assert f"Array {first.array_id} submitted: 4 jobs" in page
     assert "task 0 of 4" in page and "at most 2 running at once" in page
+
+
+def _pending_since(job_id: int) -> float:
+    """How long the job has waited as the next round's snapshot sees it, in seconds;
+    the apply step then stores where its wait starts (applied with no decisions)."""
+    settings = scheduler_settings_from(scheduler_config_get())
+    now = timezone.now()
+    snapshot, context = snapshot_build(now=now, settings=settings)
+    decisions_apply(decisions=Decisions(), context=context, now=now)
+    return now.timestamp() - snapshot.job_by_id[job_id].pending_since
+
+
+@pytest.mark.parametrize("slot_opens_by", ["success", "retry", "cancel"])
+def test_a_task_the_cap_held_starts_its_wait_when_it_is_offered(owner, slot_opens_by) -> None:  # type: ignore[no-untyped-def]
+    # However the slot opens, the hours the cap held a task are not waiting: the
+    # starvation guard would let it preempt other people's jobs at once.
+    simulated_cluster(nodes=1, gpus_per_node=4)
+    first = _submit(owner, num_gpus=2, array_size=2, array_max_running=1, max_retries=2)
+    scheduling_round_run()  # task 0 starts; task 1 is held by the cap
+    held = Job.objects.get(array_id=first.array_id, array_index=1)
+    assert held.reason.startswith("ArrayLimit:")
+    age_job(held.pk, seconds=5 * 3600)
+    if slot_opens_by == "cancel":
+        job_cancel(job_id=first.pk, by=owner)
+    else:
+        job_mark_running(job_id=first.pk)
+        job_finish(job_id=first.pk, exit_code=0 if slot_opens_by == "success" else 1)
+    assert _pending_since(held.pk) < 5  # offered: its wait starts now
+    held.refresh_from_db()
+    assert (timezone.now() - held.pending_since).total_seconds() < 60  # and is stored so
+
+    scheduling_round_run()
+
+    assert Job.objects.get(pk=held.pk).state == JobState.STARTING
+
+
+def test_a_task_really_waiting_for_gpus_keeps_its_wait_when_a_sibling_ends(owner) -> None:  # type: ignore[no-untyped-def]
+    simulated_cluster(nodes=1, gpus_per_node=1)
+    first = _submit(owner, array_size=3, array_max_running=2)
+    scheduling_round_run()  # task 0 starts on the one GPU; task 1 waits for GPUs, 2 held
+    waiting = Job.objects.get(array_id=first.array_id, array_index=1)
+    assert waiting.reason.startswith("WaitingForResources") or waiting.reason.startswith("Behind")
+    age_job(waiting.pk, seconds=5 * 3600)
+    job_cancel(job_id=Job.objects.get(array_id=first.array_id, array_index=2).pk, by=owner)
+
+    assert _pending_since(waiting.pk) > 4 * 3600  # its real wait stands
