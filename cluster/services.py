@@ -253,6 +253,22 @@ def node_undrain(*, node_id: int, by: User | None = None, by_username: str = "")
     return node
 
 
+def _device_for_update(device_id: int, *, retired_too: bool = False) -> Device:
+    """The device (in service, unless `retired_too`), locked: only its row (`of`), the
+    node's is for its heartbeats."""
+    devices = Device.all_objects if retired_too else Device.objects
+    device = (
+        devices.select_for_update(of=("self",)).select_related("node").filter(pk=device_id).first()
+    )
+    if device is None:
+        raise NotFound(f"Device {device_id} does not exist.")
+    return device
+
+
+def _device_audit_name(device: Device) -> str:
+    return f"{device.node.name}/{device.index} {device.uuid}"[:150]
+
+
 def device_retire(*, device_id: int, now: datetime | None = None, by: User | None = None) -> Device:
     """The GPU was taken out of its node: never scheduled again, its history kept.
 
@@ -264,15 +280,7 @@ def device_retire(*, device_id: int, now: datetime | None = None, by: User | Non
 
     with transaction.atomic():
         # Locked: the check and the retirement are one step for concurrent writers.
-        # Only the device row is locked (`of`): the node's row is for its heartbeats.
-        device = (
-            Device.all_objects.select_for_update(of=("self",))
-            .select_related("node")
-            .filter(pk=device_id)
-            .first()
-        )
-        if device is None:
-            raise NotFound(f"Device {device_id} does not exist.")
+        device = _device_for_update(device_id, retired_too=True)
         if Allocation.objects.filter(device=device, ended_at__isnull=True).exists():
             raise Conflict(f"{device} is allocated to a job; retire it once the job has ended.")
         if device.retired_at is None:
@@ -291,23 +299,6 @@ def device_retire(*, device_id: int, now: datetime | None = None, by: User | Non
 
 
 # --------------------------------------------------------------------------- cordon
-
-
-def _device_for_update(device_id: int) -> Device:
-    """The in-service device, locked (only its row: the node's is for its heartbeats)."""
-    device = (
-        Device.objects.select_for_update(of=("self",))
-        .select_related("node")
-        .filter(pk=device_id)
-        .first()
-    )
-    if device is None:
-        raise NotFound(f"Device {device_id} does not exist.")
-    return device
-
-
-def _device_audit_name(device: Device) -> str:
-    return f"{device.node.name}/{device.index} {device.uuid}"[:150]
 
 
 def device_cordon(*, device_id: int, reason: str, by: User | None = None) -> Device:
