@@ -88,7 +88,16 @@ def _same_server(one: str, other: str) -> bool:
 # Characters a terminal acts on (escape sequences, a carriage return that rewrites a line,
 # a bell): shown as \x1b and the like, so another user's job name or a server's error
 # cannot recolour, clear or forge lines on the reader's terminal.
-_CONTROL = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+_CONTROL = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in [
+        *range(0x20),
+        *range(0x7F, 0xA0),
+        # Unicode's line breaks and direction marks, overrides and isolates: text that
+        # would reorder or break what is printed around it.
+        0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+    ]
+}  # fmt: skip
 
 
 def shown(text: object) -> str:
@@ -403,8 +412,12 @@ def watch(
     """
     live = out.isatty()
     printed: tuple[str, Any] | None = None
+    answered = False
     while True:
-        job = patiently(lambda: client.job(job_id), sleep=sleep)
+        # Outages are ridden out only once the server has answered: a wrong address (or
+        # a server that is down when the command starts) fails at once.
+        job = patiently(lambda: client.job(job_id), sleep=sleep) if answered else client.job(job_id)
+        answered = True
         line = shown(job_status_line(job, _now()))
         if live:
             out.write("\r\033[K" + line[: _columns() - 1])

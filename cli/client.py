@@ -19,8 +19,14 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 USER_AGENT = "gpulab-cli/1"
 
 
+# `ApiError.status` for an answer that is not the API's (a login page, a URL urllib cannot
+# use): a wrong address, not an outage, so nothing is tried again.
+NOT_THE_API = -1
+
+
 class ApiError(Exception):
-    """The API refused (4xx/5xx), or could not be reached (`status` 0)."""
+    """The API refused (4xx/5xx), could not be reached (`status` 0), or what answered is
+    not the gpulab API (NOT_THE_API)."""
 
     def __init__(self, status: int, message: str, code: str = "") -> None:
         super().__init__(message)
@@ -92,8 +98,9 @@ class Client:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise self._refusal(exc) from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
-            # ValueError: a URL urllib cannot use (a port that is not a number).
+        except ValueError as exc:  # a URL urllib cannot use (a port that is not a number)
+            raise ApiError(NOT_THE_API, f"cannot use {self.base}: {exc}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise ApiError(0, f"cannot reach {self.base}: {reason}") from None
         if not raw:
@@ -101,7 +108,7 @@ class Client:
         try:
             return json.loads(raw)
         except ValueError:
-            raise ApiError(0, self._not_the_api()) from None
+            raise ApiError(NOT_THE_API, self._not_the_api()) from None
 
     def _not_the_api(self) -> str:
         return (
@@ -159,7 +166,7 @@ class Client:
         while given < limit:
             data = self.request("GET", "/api/v1/jobs/", params=[*params, ("page", str(page))])
             if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-                raise ApiError(0, self._not_the_api())
+                raise ApiError(NOT_THE_API, self._not_the_api())
             self.jobs_total = int(data.get("count") or 0)
             for job in data["results"]:
                 yield job

@@ -15,6 +15,9 @@ import smtplib
 
 from django.conf import settings
 from django.core.mail import send_mail
+from django.db.models import Count
+
+from config.fail_open_cache import cache_add
 
 from .models import Job
 
@@ -30,34 +33,90 @@ WORDS = {
 
 def job_notify_request(*, job_id: int, state: str) -> None:
     """Send the mail about `job_id` reaching `state`: through Celery where rounds run
-    there, here otherwise (the demo's embedded loop has no worker)."""
-    if settings.GPULAB_SCHEDULER_MODE == "celery":
-        from .tasks import job_notify_task  # tasks imports this module
+    there, here otherwise (the demo's embedded loop has no worker).
 
-        job_notify_task.delay(job_id=job_id, state=state)
-    else:
-        job_notify(job_id=job_id, state=state)
+    Runs after the change committed, so nothing here may fail what made the change (a
+    cancel's request, a round): a broker or mail failure is logged and the mail lost.
+    """
+    try:
+        if settings.GPULAB_SCHEDULER_MODE == "celery":
+            from .tasks import job_notify_task  # tasks imports this module
+
+            job_notify_task.delay(job_id=job_id, state=state)
+        else:
+            job_notify(job_id=job_id, state=state)
+    except Exception:
+        logger.exception("Mail about job %s (%s) not sent", job_id, state)
 
 
 def job_notify(*, job_id: int, state: str) -> bool:
     """Mail the owner that the job reached `state`; False if there was nobody to tell or
-    the mail server refused (logged)."""
-    job = Job.objects.select_related("owner").filter(pk=job_id).first()
+    the mail server refused (logged).
+
+    An array task's end is not mailed by itself: the array's last task to end mails once
+    for all of them (Slurm mails an array as a whole), and its start is not mailed.
+    """
+    job = Job.objects.select_related("owner", "array").filter(pk=job_id).first()
     if job is None or not job.owner.email:
         return False
-    subject, body = notification_text(job, state)
+    if job.array_id is not None:
+        summary = _array_summary(job, state)
+        if summary is None:
+            return False
+        subject, body = summary
+    else:
+        subject, body = notification_text(job, state)
     try:
         send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [job.owner.email])
-    except (smtplib.SMTPException, OSError) as exc:
+    except (smtplib.SMTPException, OSError, ValueError) as exc:
+        # ValueError: Django's BadHeaderError, were a line break ever to reach a header.
         logger.warning("Mail about job %s (%s) not sent: %s", job_id, state, exc)
         return False
     return True
 
 
+def _array_summary(task: Job, state: str) -> tuple[str, str] | None:
+    """The one mail about an array, once its last task has ended; None before (or for a
+    task's start), or when another task's end already sent it."""
+    if state == "RUNNING":
+        return None
+    tally = dict(
+        Job.objects.filter(array_id=task.array_id)
+        .values("state")
+        .annotate(n=Count("id"))
+        .values_list("state", "n")
+        .order_by()
+    )
+    if any(name not in WORDS or name == "RUNNING" for name in tally):
+        return None  # tasks still to end
+    if task.notify == "fail" and not tally.get("FAILED"):
+        return None
+    # Two tasks ending at once may both find the array ended: one mail between them.
+    if not cache_add(f"jobs:array-mailed:{task.array_id}", timeout=7 * 86400):
+        return None
+    size = task.array.size
+    parts = ", ".join(f"{n} {name.lower()}" for name, n in sorted(tally.items()))
+    name = task.name.removesuffix(f"[{task.array_index}]")  # the array's, not the task's
+    subject = f"[gpulab] Array {task.array_id} ({_one_line(name)[:60]}) ended: {parts}"
+    lines = [f"All {size} tasks of array {task.array_id} have ended: {parts}."]
+    first = Job.objects.filter(array_id=task.array_id, array_index=0).values_list("pk", flat=True)
+    if settings.GPULAB_SITE_URL and first:
+        site = settings.GPULAB_SITE_URL.rstrip("/")
+        lines.append(f"Its first task: {site}/jobs/{first[0]}/")
+    lines += ["", "You asked for this mail when you submitted the array (notify)."]
+    return subject, "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    """`text` with its line breaks and other spacing as single spaces: a header holds one
+    line (Django refuses a line break there)."""
+    return " ".join(text.split())
+
+
 def notification_text(job: Job, state: str) -> tuple[str, str]:
     """The subject and body: what happened, why, and where to look."""
     what = WORDS.get(state, state.lower())
-    subject = f"[gpulab] Job #{job.pk} {job.name[:60]} {what}"
+    subject = f"[gpulab] Job #{job.pk} {_one_line(job.name)[:60]} {what}"
     lines = [f"Job #{job.pk} ({job.name}) {what}."]
     if state == "FAILED" and job.exit_code is not None:
         lines.append(f"Exit code: {job.exit_code}.")

@@ -8,7 +8,6 @@ so when two workers race for the same job exactly one wins and the other gets
 
 from __future__ import annotations
 
-import functools
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -425,10 +424,12 @@ def job_transition(
             message=message,
         )
         if to_state in NOTIFY_STATES[current["notify"]]:
-            # After commit: no mail about a change that rolled back.
-            transaction.on_commit(
-                functools.partial(job_notify_request, job_id=job_id, state=to_state), robust=True
-            )
+            # After commit: no mail about a change that rolled back. A function, not a
+            # functools.partial, for Django's robust handler (see scheduler.services).
+            def notify(job_id: int = job_id, state: str = to_state) -> None:
+                job_notify_request(job_id=job_id, state=state)
+
+            transaction.on_commit(notify, robust=True)
         return Job.objects.get(pk=job_id)
 
 

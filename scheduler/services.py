@@ -6,7 +6,6 @@ the benchmark and the tests all call it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import traceback
@@ -82,9 +81,13 @@ def scheduling_round_run(*, trigger: RoundTrigger = RoundTrigger.MANUAL) -> Sche
         # round that failed after its decisions committed still sends them.
         for result, grace in committed:
             # robust: should dispatch still raise, the committed round is recorded anyway.
-            transaction.on_commit(
-                functools.partial(_dispatch_to_agents, result, grace), robust=True
-            )
+            # A function, not a functools.partial: Django's robust handler logs the
+            # callback's __qualname__, which a partial lacks (its AttributeError would be
+            # raised instead of the error it reports).
+            def dispatch(result: ApplyResult = result, grace: int = grace) -> None:
+                _dispatch_to_agents(result, grace)
+
+            transaction.on_commit(dispatch, robust=True)
 
 
 def _round_run_locked(

@@ -256,7 +256,8 @@ if GPULAB_EMAIL_HOST:
     EMAIL_HOST_USER = env.str("GPULAB_EMAIL_USER", default="")
     EMAIL_HOST_PASSWORD = env.str("GPULAB_EMAIL_PASSWORD", default="")
     EMAIL_USE_TLS = env_bool("GPULAB_EMAIL_USE_TLS", True)
-    EMAIL_TIMEOUT = 20
+    # Short: with the embedded (demo) loop a mail is sent inline, after the change commits.
+    EMAIL_TIMEOUT = 10
 else:
     EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 DEFAULT_FROM_EMAIL = env.str("GPULAB_EMAIL_FROM", default="gpulab@localhost")

@@ -463,6 +463,7 @@ def _aggregate(
     if estimator is not None:
         free_ids = {device.id for device in free}
         device_by_id = snapshot.device_by_id
+        node_ok = {node.name: node.schedulable for node in snapshot.nodes}
         for job in snapshot.jobs:
             if not job.is_running or not job.devices:
                 continue
@@ -472,6 +473,8 @@ def _aggregate(
             rate = len(job.devices) * job_speed(job, held[0].device_type, held[0].speed)
             delay = estimator.expected(job.attained_service) / max(rate, 1e-9)
             for device in held:
+                if not (device.schedulable and node_ok.get(device.node, True)):
+                    continue  # freed, it takes no job: cordoned, or on a node taking none
                 delays.setdefault(device.device_type, []).append(delay)
                 speeds[device.device_type] = max(speeds.get(device.device_type, 0.0), device.speed)
     classes = [

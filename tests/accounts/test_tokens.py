@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
@@ -76,4 +78,7 @@ def test_the_admin_revokes_tokens_but_cannot_add_move_or_unrevoke_them(owner, la
 def test_the_tokens_page_names_only_what_tokens_work_with(owner):
     page = logged_in(owner).get("/account/tokens/").content.decode()
 
-    assert "Use a token with the REST API:" in page and "CLI" not in page
+    assert "Use a token with the REST API" in page
+    # The command line it names exists, with the login command the page shows.
+    assert "gpulab login --url http://testserver" in page
+    assert (Path(__file__).resolve().parents[2] / "cli" / "__main__.py").exists()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.__main__ import _array, _dependency, cmd_logs, patiently
-from cli.client import ApiError, error_message
+from cli.__main__ import _array, _dependency, cmd_logs, patiently, shown, watch
+from cli.client import NOT_THE_API, ApiError, error_message
 from cli.render import (
     duration,
     job_status_line,
@@ -226,3 +226,30 @@ def test_the_tokens_page_says_how_to_log_the_command_line_in(owner, client) -> N
     page = client.get("/account/tokens/").content.decode()
 
     assert "gpulab login --url http://testserver" in page
+
+
+class Unreachable:
+    calls = 0
+
+    def job(self, job_id: int) -> dict:
+        self.calls += 1
+        raise ApiError(0, "cannot reach http://127.0.0.1:1: Connection refused")
+
+
+def test_wait_on_a_server_that_never_answered_fails_at_once() -> None:
+    client = Unreachable()
+    with pytest.raises(ApiError):
+        watch(client, 5, out=io.StringIO(), sleep=lambda _: None)  # type: ignore[arg-type]
+    assert client.calls == 1
+
+
+def test_an_answer_that_is_not_the_api_is_not_retried() -> None:
+    def call() -> dict:
+        raise ApiError(NOT_THE_API, "answered with something other than the gpulab API")
+
+    with pytest.raises(ApiError):
+        patiently(call, sleep=lambda _: pytest.fail("retried"), err=io.StringIO())
+
+
+def test_direction_overrides_are_made_visible_too() -> None:
+    assert shown("a\u202eZ\u2028b\x85") == "a\\u202eZ\\u2028b\\x85"

@@ -158,3 +158,42 @@ def test_the_api_and_the_form_take_the_choice(mailed_owner, api_as) -> None:  # 
             "max_retries": 0, "notify": "end"}  # fmt: skip
     page = client.post("/jobs/submit/", form, follow=True).content.decode()
     assert "When it ends, to alice@lab.example" in page
+
+
+def test_an_array_is_mailed_once_when_its_last_task_ends(
+    mailed_owner, gpu, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    first = _submit(mailed_owner, name="sweep", notify="all", array_size=3)
+    tasks = list(Job.objects.filter(array_id=first.array_id).order_by("array_index"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _run(tasks[0], gpu)  # no mail for a task's start
+        job_finish(job_id=tasks[0].pk, exit_code=0)
+        job_cancel(job_id=tasks[1].pk, by=mailed_owner)
+    assert mail.outbox == []
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job_id=tasks[2].pk, by=mailed_owner)
+
+    assert [m.subject for m in mail.outbox] == [
+        f"[gpulab] Array {first.array_id} (sweep) ended: 2 cancelled, 1 succeeded"
+    ]
+
+
+def test_a_mail_that_cannot_be_sent_never_fails_the_change_that_asked_for_it(
+    mailed_owner, gpu, settings, monkeypatch, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    job = _submit(mailed_owner, name="two\nlines", notify="end")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job_id=job.pk, by=mailed_owner)  # a line break in the name
+    assert mail.outbox[-1].subject == f"[gpulab] Job #{job.pk} two lines was cancelled"
+
+    settings.GPULAB_SCHEDULER_MODE = "celery"
+    other = _submit(mailed_owner, notify="end")
+
+    def broker_down(**kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr("jobs.tasks.job_notify_task.delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job_id=other.pk, by=mailed_owner)  # does not raise
+    assert Job.objects.get(pk=other.pk).state == JobState.CANCELLED
