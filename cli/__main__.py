@@ -309,15 +309,16 @@ def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     if not args.jobs and args.array is None:
         raise SystemExit("gpulab cancel: give job ids, or --array ID")
     failed = 0
+    if args.array is not None:  # every task not ended, in one go (Slurm's scancel ARRAY)
+        try:
+            done = client.cancel_array(args.array)
+        except ApiError as exc:
+            print(f"gpulab: array {args.array}: {shown(exc.message)}", file=sys.stderr)
+            failed += 1
+        else:
+            ids = ", ".join(str(pk) for pk in done["cancelled"]) or "nothing left to cancel"
+            print(f"Cancelled array {args.array}: {ids}.", file=out)
     job_ids = list(args.jobs)
-    if args.array is not None:  # its tasks that have not ended (Slurm's scancel ARRAY)
-        # Every task, filtered here: pages filtered on state would shift as tasks end
-        # during the listing, and skip one. Last index first: a held task cancelled
-        # before a running one is not started in the slot the running one leaves.
-        tasks = list(client.jobs(array=args.array, limit=100_000))
-        job_ids += [job["id"] for job in reversed(tasks) if job["state"] in ACTIVE_STATES]
-    if not job_ids:
-        print("No jobs to cancel.", file=out)
     for job_id in job_ids:
         try:
             job = client.cancel(job_id)

@@ -143,6 +143,9 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{int(job_id)}/cancel/")
 
+    def cancel_array(self, array_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/arrays/{int(array_id)}/cancel/")
+
     def logs(self, job_id: int, stream: str) -> dict[str, Any]:
         return self.request(
             "GET", f"/api/v1/agents/jobs/{int(job_id)}/logs/", params={"stream": stream}

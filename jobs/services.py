@@ -40,7 +40,7 @@ from .choices import (
 )
 from .models import Allocation, Job, JobArray, JobEvent
 from .notifications import job_notify_request
-from .selectors import job_get_for_user, job_run_seconds
+from .selectors import job_get_for_user, job_run_seconds, job_visible_to
 
 
 @dataclass(frozen=True)
@@ -575,6 +575,31 @@ def job_mark_running(*, job_id: int, message: str = "Container is running.") -> 
 # Backoff before a failed job's retry: Kueue's defaults (base 60 s, doubling, at most 1 h).
 RETRY_BACKOFF_BASE_SECONDS = 60
 RETRY_BACKOFF_MAX_SECONDS = 3600
+
+
+def job_array_cancel(*, array_id: int, by: User) -> list[int]:
+    """Cancel every task of an array the caller may see that has not ended (Slurm's
+    `scancel ARRAY`); returns the ids cancelled, last index first.
+
+    One transaction: no round sees part of the array cancelled, so none starts a held
+    task in the slot a cancelled running one leaves. NotFound when the caller may see no
+    task of it (another student's array reads as no array).
+    """
+    tasks = job_visible_to(user=by).filter(array_id=array_id)
+    if not tasks.exists():
+        raise NotFound(f"No array {array_id} of yours.")
+    cancelled: list[int] = []
+    with transaction.atomic():
+        for job_id in (
+            tasks.exclude(state__in=TERMINAL_STATES)
+            .order_by("-array_index")
+            .values_list("pk", flat=True)
+        ):
+            try:
+                cancelled.append(job_cancel(job_id=job_id, by=by).pk)
+            except IllegalTransition:
+                continue  # it ended meanwhile
+    return cancelled
 
 
 def retry_backoff_seconds(retry: int) -> int:

@@ -322,3 +322,10 @@ class JobDetailOutput(JobOutput):
     def get_measured_speeds(self, job: Job) -> dict[str, float]:
         rates = job_measured_rates(job_id=job.pk, now=timezone.now())
         return {name: round(rate, 3) for name, rate in sorted(rates.items())}
+
+
+class ArrayCancelOutput(serializers.Serializer):
+    array = serializers.IntegerField()
+    cancelled = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The tasks cancelled, last index first."
+    )

@@ -23,7 +23,7 @@ from jobs.selectors import jobs_live_service
 from .. import selectors, services
 from ..choices import JobState
 from ..models import Job
-from .serializers import JobDetailOutput, JobOutput, JobSubmitInput
+from .serializers import ArrayCancelOutput, JobDetailOutput, JobOutput, JobSubmitInput
 
 LIST_PARAMETERS = ("state", "owner", "group", "array", "page")
 REPEATABLE_PARAMETERS = ("state",)
@@ -186,3 +186,22 @@ def for_viewer(jobs: list[dict[str, Any]], *, user: User) -> list[dict[str, Any]
         for job in jobs:
             job["depends_on"] = [pk if pk in visible else None for pk in job["depends_on"]]
     return jobs
+
+
+class ArrayCancelApi(APIView):
+    @extend_schema(
+        summary="Cancel a job array",
+        description="Every task of the array that has not ended, in one transaction "
+        "(Slurm's `scancel ARRAY`). Tasks that ended already are left as they are.",
+        request=None,
+        responses={
+            200: ArrayCancelOutput,
+            400: FIELD_ERRORS,
+            401: NOT_AUTHENTICATED,
+            404: error_response("No such array of yours."),
+        },
+    )
+    def post(self, request: Request, array_id: int) -> Response:
+        query_params_check(request, allowed=[])
+        cancelled = services.job_array_cancel(array_id=array_id, by=request.user)
+        return Response({"array": array_id, "cancelled": cancelled})

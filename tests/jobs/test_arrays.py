@@ -190,3 +190,24 @@ def test_a_task_really_waiting_for_gpus_keeps_its_wait_when_a_sibling_ends(owner
     job_cancel(job_id=Job.objects.get(array_id=first.array_id, array_index=2).pk, by=owner)
 
     assert _pending_since(waiting.pk) > 4 * 3600  # its real wait stands
+
+
+def test_an_array_is_cancelled_in_one_go_by_its_owner_only(
+    owner, outsider, lab_admin, api_as, cluster
+) -> None:  # type: ignore[no-untyped-def]
+    first = _submit(owner, array_size=4, array_max_running=2)
+    scheduling_round_run()  # tasks 0 and 1 start, 2 and 3 are held by the cap
+    Job.objects.filter(pk=first.pk).update(state=JobState.SUCCEEDED)
+    url = f"/api/v1/arrays/{first.array_id}/cancel/"
+
+    assert api_as(outsider).post(url).status_code == 404
+    done = api_as(owner).post(url)
+
+    assert done.status_code == 200
+    tasks = {t.array_index: t for t in Job.objects.filter(array_id=first.array_id)}
+    assert done.json() == {
+        "array": first.array_id, "cancelled": [tasks[3].pk, tasks[2].pk, tasks[1].pk],
+    }  # fmt: skip
+    assert [tasks[i].state for i in range(4)] == [JobState.SUCCEEDED] + [JobState.CANCELLED] * 3
+    assert api_as(lab_admin).post(url).json()["cancelled"] == []  # nothing left
+    assert api_as(owner).post("/api/v1/arrays/999999/cancel/").status_code == 404
