@@ -279,7 +279,7 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         ("name", job["name"]),
         ("owner", job["owner"] + (f" ({job['group']})" if job.get("group") else "")),
         ("image", job["image"]),
-        ("command", " ".join(_shown_arg(arg) for arg in job["command"])),
+        ("command", shlex.join(job["command"])),
         ("gpus", f"{job['num_gpus']} × {', '.join(job['accepted_types']) or 'any type'}"),
         ("walltime", duration(job["walltime_seconds"]) if job["walltime_seconds"] else "none"),
         ("attained", f"{job['attained_gpu_hours']} GPU-hours (normalized)"),
@@ -298,11 +298,6 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
             change = f"{event['from_state'] or '-'} → {event['to_state']}"
             print(f"  {event['created_at']}  {change:<24} {shown(event['message'])}", file=out)
     return 0
-
-
-def _shown_arg(arg: str) -> str:
-    """An argv element as a shell would need it, so the line can be pasted."""
-    return shlex.quote(arg)
 
 
 def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
@@ -356,7 +351,7 @@ def _logs_text(client: Client, job_id: int, stream: str, last: str) -> str:
     try:
         return client.logs(job_id, stream)["text"]
     except ApiError as exc:
-        if exc.status in TRANSIENT_STATUSES or exc.status == 503:
+        if exc.status in TRANSIENT_STATUSES:  # 503: also the node's log not readable now
             return last
         raise
 

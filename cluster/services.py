@@ -313,35 +313,26 @@ def device_cordon(*, device_id: int, reason: str, by: User | None = None) -> Dev
     reason = " ".join(reason.split())
     if not reason:
         raise ValidationFailed({"reason": ["Say why the GPU is cordoned (e.g. Xid 79)."]})
-    username = by.username if by is not None else ""
-    who = f" by {username}" if username else ""
-    with transaction.atomic():
-        device = _device_for_update(device_id)
-        if device.cordoned_at is not None:
-            return device
-        device.cordoned_at = timezone.now()
-        device.cordon_reason = f"Cordoned{who}: {reason}"[:255]
-        device.save(update_fields=["cordoned_at", "cordon_reason"])
-        _audit(
-            by=by,
-            by_username="",
-            kind=AuditEntry.TargetKind.DEVICE,
-            name=_device_audit_name(device),
-            field="cordoned",
-            old="no",
-            new=f"yes: {reason}",
-        )
-    return device
+    return _cordon_set(device_id=device_id, reason=reason, by=by)
 
 
 def device_uncordon(*, device_id: int, by: User | None = None) -> Device:
     """Put a cordoned GPU back into service (the next round may start jobs on it)."""
+    return _cordon_set(device_id=device_id, reason=None, by=by)
+
+
+def _cordon_set(*, device_id: int, reason: str | None, by: User | None) -> Device:
+    """Cordon the device with `reason`, or uncordon it (None); one audit row per change."""
     with transaction.atomic():
         device = _device_for_update(device_id)
-        if device.cordoned_at is None:
-            return device
-        device.cordoned_at = None
-        device.cordon_reason = ""
+        if (device.cordoned_at is not None) == (reason is not None):
+            return device  # as asked already
+        if reason is None:
+            device.cordoned_at, device.cordon_reason = None, ""
+        else:
+            who = f" by {by.username}" if by is not None else ""
+            device.cordoned_at = timezone.now()
+            device.cordon_reason = f"Cordoned{who}: {reason}"[:255]
         device.save(update_fields=["cordoned_at", "cordon_reason"])
         _audit(
             by=by,
@@ -349,7 +340,7 @@ def device_uncordon(*, device_id: int, by: User | None = None) -> Device:
             kind=AuditEntry.TargetKind.DEVICE,
             name=_device_audit_name(device),
             field="cordoned",
-            old="yes",
-            new="no",
+            old="yes" if reason is None else "no",
+            new="no" if reason is None else f"yes: {reason}",
         )
     return device

@@ -240,10 +240,7 @@ def _dependency_errors(owner: User, job_ids: list[int], kind: str) -> list[str]:
     anyone's), or, for afterok, already failed or cancelled, so never to succeed."""
     if not job_ids:
         return []
-    visible = Job.objects.filter(pk__in=job_ids)
-    if not owner.is_lab_admin:
-        visible = visible.filter(owner=owner)
-    state_of = dict(visible.values_list("pk", "state"))
+    state_of = dict(job_visible_to(user=owner).filter(pk__in=job_ids).values_list("pk", "state"))
     errors = []
     missing = [job_id for job_id in job_ids if job_id not in state_of]
     if missing:

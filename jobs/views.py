@@ -164,12 +164,13 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
                     form.add_error(target if target in form.fields else None, error)
         else:
             if job.array_id is None:
-                messages.success(request, f"Job #{job.pk} submitted; it is pending.")
-                return redirect("jobs:detail", job_id=job.pk)
-            messages.success(
-                request,
-                f"Array {job.array_id} submitted: {job.array.size} jobs, pending; this is task 0.",
-            )
+                submitted = f"Job #{job.pk} submitted; it is pending."
+            else:
+                submitted = (
+                    f"Array {job.array_id} submitted: {job.array.size} jobs, pending; "
+                    "this is task 0."
+                )
+            messages.success(request, submitted)
             return redirect("jobs:detail", job_id=job.pk)
     return render(
         request,
