@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, Max, Min, OuterRef, Q, TextField
+from django.db.models import Avg, Exists, F, Max, Min, OuterRef, Q, Sum, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -17,7 +17,7 @@ from cluster.models import Device, Node
 from jobs.choices import HOLDING_STATES, JobState
 from jobs.models import Allocation, Job
 
-from .models import AttemptLog, JobProgress
+from .models import AttemptLog, JobGpuMinute, JobGpuSample, JobProgress
 
 
 @dataclass(frozen=True)
@@ -300,3 +300,60 @@ def job_measured_rates(*, job_id: int, now: datetime) -> dict[str, float]:
         .values_list("id", "image", "command_text", "num_gpus")
     ]
     return dict(measured_rates(jobs=programs, now=now).get(job_id, ()))
+
+
+def jobs_gpu_use(
+    *, held: Mapping[int, Collection[int]], since: Mapping[int, datetime], now: datetime
+) -> dict[int, float | None]:
+    """Each job's mean GPU utilization (%) from `since[job]` to `now`, over the GPUs it
+    holds (`held[job]`: device ids); None where none of them has a reading.
+
+    1. Per (job, device): the mean of the job's per-minute roll-ups (JobGpuMinute),
+       weighted by their samples; a job with no roll-up in its window yet (just started,
+       or the roll-up has not run) falls back to its raw JobGpuSample rows.
+    2. A held GPU with no process of the job on it counts as 0 %: the job holds it and
+       does not use it. A job with no reading at all is not judged (its node's agent may
+       not report per-job use).
+
+    One query per distinct `since` for each source, so give many jobs one window.
+    """
+    use: dict[tuple[int, int], float] = {}
+    windows: dict[datetime, list[int]] = defaultdict(list)
+    for job_id in held:
+        windows[since[job_id]].append(job_id)
+    for start, job_ids in windows.items():
+        rolled = (
+            JobGpuMinute.objects.filter(
+                job_id__in=job_ids, minute__gte=start, utilization_avg__isnull=False
+            )
+            .values("job_id", "device_id")
+            .annotate(weighted=Sum(F("utilization_avg") * F("samples")), samples=Sum("samples"))
+            .order_by()
+            .values_list("job_id", "device_id", "weighted", "samples")
+        )
+        for job_id, device_id, weighted, samples in rolled:
+            if samples:
+                use[(job_id, device_id)] = weighted / samples
+        found = {job_id for job_id, _ in use}
+        unrolled = [job_id for job_id in job_ids if job_id not in found]
+        if not unrolled:
+            continue
+        raw = (
+            JobGpuSample.objects.filter(
+                job_id__in=unrolled, at__gte=start, at__lte=now, utilization_pct__isnull=False
+            )
+            .values("job_id", "device_id")
+            .annotate(mean=Avg("utilization_pct"))
+            .order_by()
+            .values_list("job_id", "device_id", "mean")
+        )
+        for job_id, device_id, mean in raw:
+            use[(job_id, device_id)] = float(mean)
+    result: dict[int, float | None] = {}
+    for job_id, devices in held.items():
+        readings = [use.get((job_id, device_id)) for device_id in devices]
+        if not devices or all(reading is None for reading in readings):
+            result[job_id] = None
+        else:
+            result[job_id] = sum(reading or 0.0 for reading in readings) / len(devices)
+    return result

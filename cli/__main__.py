@@ -34,6 +34,7 @@ from .render import (
     job_status_line,
     log_new_part,
     since,
+    start_estimate,
     table,
     walltime_seconds,
 )
@@ -286,6 +287,9 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         ("attempt", f"{job['attempt']}, preempted {job['preemption_count']} times"),
         ("submitted", job["submitted_at"]),
     ]
+    estimate = start_estimate(job, _now())
+    if estimate:
+        fields.append(("start", estimate))
     if job.get("depends_on"):
         ids = ", ".join(f"#{pk}" for pk in job["depends_on"])
         goal = "succeed" if job.get("dependency") == "afterok" else "end"

@@ -91,6 +91,27 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, width: int =
     return "\n".join(lines)
 
 
+def start_estimate(job: dict, now: datetime) -> str | None:
+    """`starts in about 35m (likely 20m-1h10m)`, the server's note where it has no
+    estimate, or None (not pending, or not forecast yet)."""
+    estimate = job.get("estimated_start")
+    if not estimate:
+        return None
+    at = parse_time(estimate.get("at"))
+    if at is None:
+        return estimate.get("note") or None
+
+    def within(moment: datetime) -> str:
+        seconds = (moment - now).total_seconds()
+        return f"in about {duration(seconds)}" if seconds >= 1 else "now"
+
+    text = f"starts {within(at)}"
+    earliest, latest = parse_time(estimate.get("earliest")), parse_time(estimate.get("latest"))
+    if earliest and latest:
+        text += f" (likely {within(earliest)} to {within(latest).removeprefix('in ')})"
+    return text
+
+
 def job_status_line(job: dict, now: datetime) -> str:
     """One line on where a job is: its state, queue position and reason while it waits,
     run time (against its walltime, as a bar) while it runs, the outcome once it ended."""
@@ -100,8 +121,10 @@ def job_status_line(job: dict, now: datetime) -> str:
         position = job.get("queue_position")
         where = f"position {position} in the queue" if position else "in the queue"
         waited = since(job.get("submitted_at"), now)
+        estimate = start_estimate(job, now)
+        starts = f"; {estimate}" if estimate and estimate.startswith("starts") else ""
         reason = f": {job['reason']}" if job.get("reason") else ""
-        return f"{head}, {where}, waiting {waited}{reason}"
+        return f"{head}, {where}, waiting {waited}{reason}{starts}"
     if state in {"STARTING", "RUNNING", "PREEMPTING"}:
         started = parse_time(job.get("started_at"))
         ran = (now - started).total_seconds() if started else 0.0

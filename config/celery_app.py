@@ -114,6 +114,18 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
+    # Idle reaping (when an admin switched it on): warn, then cancel, idle running jobs.
+    "idle-sweep": {
+        "task": "jobs.idle_sweep",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    # Estimated start times of pending jobs: the scheduler replayed forward.
+    "start-forecasts": {
+        "task": "scheduler.forecast",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
     # Real nodes, every minute: copy the logs of attempts that ended into the database.
     "attempt-logs-archive": {
         "task": "agents.logs_archive_all",

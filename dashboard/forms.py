@@ -132,6 +132,10 @@ class SchedulerSettingsForm(ConcurrentEditForm):
             "allox_efficiency_gate": "AlloX efficiency gate",
             "round_interval_seconds": "Round interval (seconds)",
             "preemption_grace_seconds": "Preemption grace (seconds)",
+            "idle_reap": "Reap idle jobs",
+            "idle_threshold_pct": "Idle below (% utilization)",
+            "idle_window_minutes": "Idle window (minutes)",
+            "idle_grace_minutes": "Idle grace after the warning (minutes)",
         }
         help_texts = {
             "policy": "How pending jobs are ordered: las and gittins are Tiresias "

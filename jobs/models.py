@@ -62,6 +62,13 @@ class Job(models.Model):
     array_index = models.PositiveIntegerField(null=True, blank=True)
     # Email its owner when it starts or ends (jobs.notifications).
     notify = models.CharField(max_length=8, choices=Notify.choices, default="", blank=True)
+    # Idle reaping (jobs.idle_services): when its owner was warned that its GPUs sit idle
+    # (cleared when the job leaves RUNNING, or found in use at the deadline), from when
+    # its use is judged again after a warning was lifted, and until when an admin keeps
+    # it from reaping.
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_judged_from = models.DateTimeField(null=True, blank=True)
+    idle_exempt_until = models.DateTimeField(null=True, blank=True)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     reason = models.CharField(

@@ -23,6 +23,10 @@ from .models import Job
 
 logger = logging.getLogger(__name__)
 
+# Not a state: the warning that a job's GPUs sit idle (jobs.idle_services), mailed to its
+# owner whatever `notify` says, since the job will be cancelled unless they act.
+IDLE_WARNING = "IDLE_WARNING"
+
 WORDS = {
     "RUNNING": "started",
     "SUCCEEDED": "succeeded",
@@ -59,7 +63,9 @@ def job_notify(*, job_id: int, state: str) -> bool:
     job = Job.objects.select_related("owner", "array").filter(pk=job_id).first()
     if job is None or not job.owner.email:
         return False
-    if job.array_id is not None:
+    if state == IDLE_WARNING:
+        subject, body = idle_warning_text(job)
+    elif job.array_id is not None:
         summary = _array_summary(job, state)
         if summary is None:
             return False
@@ -111,6 +117,24 @@ def _one_line(text: str) -> str:
     """`text` with its line breaks and other spacing as single spaces: a header holds one
     line (Django refuses a line break there)."""
     return " ".join(text.split())
+
+
+def idle_warning_text(job: Job) -> tuple[str, str]:
+    """The subject and body of an idle warning: the event's own words, and where to look."""
+    warning = job.events.filter(message__startswith="Idle: ").order_by("-created_at", "-id").first()
+    subject = f"[gpulab] Job #{job.pk} {_one_line(job.name)[:60]} is idle and will be cancelled"
+    lines = [f"Job #{job.pk} ({job.name}) holds {job.num_gpus} GPU(s) and is not using them."]
+    if warning is not None:
+        lines.append(warning.message)
+    lines.append(
+        "If it is still needed, make it use its GPUs, or ask a lab admin to keep it running; "
+        "if not, cancel it so others can use them."
+    )
+    if settings.GPULAB_SITE_URL:
+        lines.append(f"Details: {settings.GPULAB_SITE_URL.rstrip('/')}/jobs/{job.pk}/")
+    lines.append("")
+    lines.append("The lab cancels jobs that leave their GPUs idle (idle reaping).")
+    return subject, "\n".join(lines)
 
 
 def notification_text(job: Job, state: str) -> tuple[str, str]:

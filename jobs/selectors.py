@@ -61,7 +61,8 @@ def job_run_seconds(
 
 
 def job_visible_to(*, user: User) -> QuerySet[Job]:
-    jobs = Job.objects.select_related("owner", "group", "array")
+    # The start forecast too: a pending job's estimated start is shown wherever it is.
+    jobs = Job.objects.select_related("owner", "group", "array", "start_forecast")
     if user.is_lab_admin:
         return jobs
     return jobs.filter(owner=user)

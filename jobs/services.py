@@ -394,6 +394,11 @@ def job_transition(
             # Rounds write positions on PENDING rows only: one left on a job that leaves
             # the queue (cancelled, started) would be shown as its place for ever.
             updates.setdefault("queue_position", None)
+        if from_state == JobState.RUNNING and to_state != JobState.RUNNING:
+            # An idle warning is about this run (jobs.idle_services): the next run is
+            # judged afresh, and a page never shows a deadline that no longer applies.
+            updates.setdefault("idle_warned_at", None)
+            updates.setdefault("idle_judged_from", None)
         service, accounting = _accounting_updates(
             job_id=job_id, from_state=from_state, to_state=to_state, current=current, now=now
         )

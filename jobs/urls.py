@@ -9,4 +9,5 @@ urlpatterns = [
     path("<int:job_id>/", views.job_detail_page, name="detail"),
     path("<int:job_id>/logs/", views.job_logs_fragment, name="logs-fragment"),
     path("<int:job_id>/cancel/", views.job_cancel_page, name="cancel"),
+    path("<int:job_id>/keep/", views.job_idle_keep_page, name="idle-keep"),
 ]

@@ -31,8 +31,10 @@ from agents.runtimes import LOG_STREAMS
 from agents.selectors import job_measured_rates
 from config.errors import ApplicationError, NotFound, ValidationFailed
 from dashboard.charts import PALETTE, figure_json, figure_new
+from scheduler.models import StartForecast
+from scheduler.selectors import scheduler_config_get, start_forecast_of, start_forecast_score
 
-from . import selectors, services
+from . import idle_services, selectors, services
 from .choices import TERMINAL_STATES, JobState
 from .forms import SERVICE_FIELD_TO_FORM_FIELD, JobSubmitForm, clone_caveats, initial_from_job
 from .models import Job, JobEvent
@@ -99,6 +101,7 @@ def _describe_all(texts: list[str], *, user: User) -> list[Described]:
 class JobRow:
     job: Job
     reason: Described
+    estimate: StartForecast | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         {
             "page": page,
             "rows": [
-                JobRow(job=job, reason=reason)
+                JobRow(job=job, reason=reason, estimate=start_forecast_of(job))
                 for job, reason in zip(page_jobs, reasons, strict=True)
             ],
             "state": state,
@@ -137,6 +140,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
             "filter_query": urlencode({k: v for k, v in (("state", state), ("owner", owner)) if v}),
             "states": [(value, label, counts[value]) for value, label in JobState.choices],
             "refresh_seconds": LIST_REFRESH_SECONDS,
+            "now": timezone.now(),
         },
     )
 
@@ -208,6 +212,9 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     # A job that ended before it ever ran has no use to chart.
     show_gpu_use = job.first_started_at is not None or not terminal
     gpu_use = selectors.job_gpu_use(job=job) if show_gpu_use else []
+    estimate = start_forecast_of(job)
+    # The idle-reaping settings matter to a running job only (its warning, the Keep form).
+    idle = scheduler_config_get() if job.state == JobState.RUNNING else None
     return render(
         request,
         "jobs/detail.html",
@@ -232,6 +239,21 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             / 60.0,
             "measured_speeds": sorted(job_measured_rates(job_id=job.pk, now=now).items()),
             "dependencies": selectors.job_dependencies(job=job, user=request.user),
+            "estimate": estimate,
+            "now": now,
+            # Idle reaping (jobs.idle_services): the warning and its deadline, the admin's
+            # exemption, and whether an admin may grant one here.
+            "idle_reap": idle is not None and idle.idle_reap,
+            "idle_deadline": (
+                job.idle_warned_at + timedelta(minutes=idle.idle_grace_minutes)
+                if idle is not None and idle.idle_reap and job.idle_warned_at
+                else None
+            ),
+            "idle_kept": job.idle_exempt_until
+            if job.idle_exempt_until and job.idle_exempt_until > now
+            else None,
+            # How far past forecasts were off, to say how far to trust this one.
+            "forecast_score": (start_forecast_score() if estimate and estimate.start_at else None),
             "show_gpu_use": show_gpu_use,
             "gpu_figure": _gpu_use_figure(gpu_use) if show_gpu_use else "",
             # The chart's numbers in words, for screen readers and pages without JavaScript.
@@ -390,3 +412,26 @@ def job_cancel_page(request: HttpRequest, job_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Job #{job_id} cancelled.")
     return redirect("jobs:detail", job_id=job_id)
+
+
+@login_required
+@require_http_methods(["POST"])
+def job_idle_keep_page(request: HttpRequest, job_id: int) -> HttpResponse:
+    """An admin keeps a running job from idle reaping for the hours chosen."""
+    try:
+        hours = int(request.POST.get("hours", ""))
+    except ValueError:
+        hours = 0
+    try:
+        job = idle_services.job_idle_keep(job_id=job_id, by=request.user, hours=hours)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+    except ApplicationError as exc:  # hours out of range, or the job ended
+        messages.error(request, exc.message)
+        return redirect("jobs:detail", job_id=job_id)
+    messages.success(
+        request,
+        f"Job #{job.pk} is kept from idle reaping until "
+        f"{timezone.localtime(job.idle_exempt_until):%Y-%m-%d %H:%M}.",
+    )
+    return redirect("jobs:detail", job_id=job.pk)

@@ -56,6 +56,17 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
             {"fields": ["fairness", "allox_alpha", "allox_window", "allox_efficiency_gate"]},
         ),
         ("Loop", {"fields": ["round_interval_seconds", "preemption_grace_seconds"]}),
+        (
+            "Idle reaping",
+            {
+                "fields": [
+                    "idle_reap",
+                    "idle_threshold_pct",
+                    "idle_window_minutes",
+                    "idle_grace_minutes",
+                ]
+            },
+        ),
     ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

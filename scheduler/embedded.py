@@ -11,6 +11,7 @@ import logging
 import threading
 
 from django.db import close_old_connections
+from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ def iterate(
     from cluster.services import node_drain_settle
     from dashboard.services import aggregates_update
     from dashboard.warm import figure_caches_warm
+    from jobs.idle_services import jobs_idle_sweep
 
     from .choices import RoundTrigger
+    from .forecast_services import start_forecasts_refresh
     from .selectors import scheduler_config_get
     from .services import scheduling_round_run
 
@@ -101,4 +104,10 @@ def iterate(
         aggregates_update()
         figure_caches_warm()
         next_aggregates = now + AGGREGATES_SECONDS
+        # Beat runs these as tasks of their own: one failing must not stop the loop.
+        for sweep in (start_forecasts_refresh, jobs_idle_sweep):
+            try:
+                sweep(now=timezone.now())
+            except Exception:
+                logger.exception("%s failed; it runs again with the aggregates.", sweep.__name__)
     return last_round, next_aggregates

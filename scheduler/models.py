@@ -31,6 +31,7 @@ MAX_PREEMPTION_GRACE_SECONDS = 3600
 MAX_DURATION_SECONDS = 30 * 24 * 3600
 MAX_ROUND_INTERVAL_SECONDS = 3600
 MAX_QUEUE_THRESHOLD = 1e12  # GPU-seconds: 10^12 is 31,700 GPU-years
+MAX_IDLE_MINUTES = 30 * 24 * 60
 
 
 class SchedulerConfig(models.Model):
@@ -111,6 +112,26 @@ class SchedulerConfig(models.Model):
     preemption_grace_seconds = models.PositiveIntegerField(
         default=30, help_text="SIGTERM, then this long to checkpoint, then kill."
     )
+    # Idle reaping (jobs.idle_services): warn, then a grace, then cancel. Off by default.
+    idle_reap = models.BooleanField(
+        default=False,
+        help_text="Cancel running jobs that leave their GPUs idle, after a warning and a grace.",
+    )
+    idle_threshold_pct = models.FloatField(
+        default=5.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(100.0)],
+        help_text="A job whose GPUs average less utilization than this (%) is idle.",
+    )
+    idle_window_minutes = models.PositiveIntegerField(
+        default=60,
+        validators=[MinValueValidator(5), MaxValueValidator(MAX_IDLE_MINUTES)],
+        help_text="Idle over this long (and having run this long) earns a warning.",
+    )
+    idle_grace_minutes = models.PositiveIntegerField(
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_IDLE_MINUTES)],
+        help_text="After the warning, a job still idle this long is cancelled.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -143,6 +164,10 @@ class SchedulerConfig(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(preempt_margin__gte=1), name="schedulerconfig_preempt_margin_min"
+            ),
+            models.CheckConstraint(
+                condition=Q(idle_threshold_pct__gte=0) & Q(idle_threshold_pct__lte=100),
+                name="schedulerconfig_idle_threshold_0_100",
             ),
         ]
 
@@ -259,3 +284,48 @@ class SchedulingRound(models.Model):
 
     def __str__(self) -> str:
         return f"round {self.pk} at {self.started_at:%H:%M:%S}: {self.outcome}"
+
+
+class StartForecast(models.Model):
+    """When a pending job is expected to start (`scheduler.forecast_services`).
+
+    The latest forecast is what pages and the API show. The first one that gave a time is
+    kept beside it, so that once the job starts the forecast can be scored against what
+    happened (`selectors.start_forecast_accuracy`): an estimate with no measured accuracy
+    is a guess.
+    """
+
+    job = models.OneToOneField(
+        "jobs.Job", primary_key=True, on_delete=models.CASCADE, related_name="start_forecast"
+    )
+    made_at = models.DateTimeField()
+    start_at = models.DateTimeField(null=True, blank=True)  # None: no estimate (see `note`)
+    # Where past forecasts were scored (`selectors.start_forecast_accuracy`): the range the
+    # real start fell in for 80 % of them, scaled to this forecast's wait.
+    earliest_at = models.DateTimeField(null=True, blank=True)
+    latest_at = models.DateTimeField(null=True, blank=True)
+    note = models.CharField(max_length=200, blank=True)
+    first_made_at = models.DateTimeField(null=True, blank=True)
+    first_start_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["first_made_at"], name="forecast_first_made")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.start_at or self.note}"
+
+
+class StartForecastScore(models.Model):
+    """How past start forecasts compared with what happened (one row, pk=1): written by
+    every forecast run (`selectors.start_forecast_accuracy`), so that a job's page reads
+    it instead of scoring 30 days of forecasts itself. No row: not measured yet."""
+
+    measured_at = models.DateTimeField()
+    samples = models.PositiveIntegerField()
+    # Real wait / forecast wait of the jobs scored: 10th percentile, median, 90th.
+    low = models.FloatField()
+    median = models.FloatField()
+    high = models.FloatField()
+
+    def __str__(self) -> str:
+        return f"{self.samples} forecasts: {self.low:.2f}-{self.high:.2f}x"

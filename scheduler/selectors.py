@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from jobs.models import Allocation
+from jobs.choices import JobState
+from jobs.models import Allocation, Job
 from scheduler.core.types import PlacementKind, SchedulerSettings
 
 from .choices import RoundOutcome
-from .models import MAX_PREEMPTION_GRACE_SECONDS, SchedulerConfig, SchedulingRound
+from .models import (
+    MAX_PREEMPTION_GRACE_SECONDS,
+    SchedulerConfig,
+    SchedulingRound,
+    StartForecast,
+    StartForecastScore,
+)
 
 # The poll (every 10 s) stops a cancelled attempt within the preemption grace; far past
 # the longest grace the node is not answering, and its liveness (SUSPECT, DOWN) takes over.
@@ -87,3 +96,64 @@ def round_is_due() -> bool:
 
 def scheduling_round_list(*, limit: int = 100) -> QuerySet[SchedulingRound]:
     return SchedulingRound.objects.order_by("-started_at", "-id")[:limit]
+
+
+# Forecasts are scored on their first estimate of jobs that started within this window,
+# and only where that estimate said a wait of at least ACCURACY_MIN_WAIT (a start "now"
+# that came a minute later is no test); a range is shown from ACCURACY_MIN_SAMPLES on.
+ACCURACY_WINDOW = timedelta(days=30)
+ACCURACY_MIN_WAIT_SECONDS = 300.0
+ACCURACY_MIN_SAMPLES = 20
+
+
+@dataclass(frozen=True)
+class ForecastAccuracy:
+    """How forecasts made at submission compared with what happened, as the ratio of the
+    real wait to the forecast one: 0.8 = started after 80 % of the wait it was told."""
+
+    samples: int
+    low: float  # 10th percentile of the ratio
+    median: float
+    high: float  # 90th percentile
+
+
+def start_forecast_accuracy(*, now: datetime) -> ForecastAccuracy | None:
+    """The accuracy of first forecasts over the last ACCURACY_WINDOW; None until there
+    are ACCURACY_MIN_SAMPLES of them."""
+    ratios = []
+    for made, predicted, started in StartForecast.objects.filter(
+        first_made_at__gte=now - ACCURACY_WINDOW,
+        first_start_at__isnull=False,
+        # A job that first started before its first forecast (it started within a minute,
+        # then was preempted or requeued and waited again) tells nothing about one.
+        job__first_started_at__gt=F("first_made_at"),
+    ).values_list("first_made_at", "first_start_at", "job__first_started_at"):
+        forecast_wait = (predicted - made).total_seconds()
+        if forecast_wait >= ACCURACY_MIN_WAIT_SECONDS:
+            ratios.append((started - made).total_seconds() / forecast_wait)
+    if len(ratios) < ACCURACY_MIN_SAMPLES:
+        return None
+    deciles = statistics.quantiles(ratios, n=10, method="inclusive")
+    return ForecastAccuracy(
+        samples=len(ratios), low=deciles[0], median=statistics.median(ratios), high=deciles[-1]
+    )
+
+
+def start_forecast_score() -> StartForecastScore | None:
+    """The accuracy the last forecast run measured (`start_forecast_accuracy`), if any."""
+    return StartForecastScore.objects.filter(pk=1).first()
+
+
+def start_forecast_of(job: Job) -> StartForecast | None:
+    """A pending job's stored forecast, or None: read with the job where it was fetched
+    with `select_related("start_forecast")` (`jobs.selectors.job_visible_to` does). One
+    made before the job's current wait began (it was requeued since) is stale: None."""
+    if job.state != JobState.PENDING:
+        return None
+    try:
+        forecast = job.start_forecast
+    except StartForecast.DoesNotExist:
+        return None
+    if job.pending_since is not None and forecast.made_at < job.pending_since:
+        return None
+    return forecast

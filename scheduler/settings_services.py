@@ -36,6 +36,10 @@ EDITABLE_FIELDS = (
     "allox_efficiency_gate",
     "round_interval_seconds",
     "preemption_grace_seconds",
+    "idle_reap",
+    "idle_threshold_pct",
+    "idle_window_minutes",
+    "idle_grace_minutes",
 )
 AUDIT_TARGET_NAME = "scheduler settings"
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 from agents.simulated import simulated_tick
 
 from .choices import RoundOutcome, RoundTrigger
+from .forecast_services import start_forecasts_refresh
 from .selectors import round_is_due, scheduler_config_get
 from .services import scheduling_round_run, scheduling_rounds_prune
 from .triggers import round_request_clear
@@ -45,3 +46,11 @@ def simulated_agents_tick_task() -> int:
 @shared_task(name="scheduler.rounds_prune", time_limit=600)
 def scheduling_rounds_prune_task() -> int:
     return scheduling_rounds_prune(now=timezone.now(), keep_days=settings.GPULAB_ROUND_HISTORY_DAYS)
+
+
+# The budget (GPULAB_FORECAST_BUDGET_SECONDS, at most 50 s) bounds the replay; the limits
+# leave room for the snapshot and the writes, and stay under the next minute's run.
+@shared_task(name="scheduler.forecast", soft_time_limit=55, time_limit=58)
+def start_forecasts_task() -> dict[str, object]:
+    summary = start_forecasts_refresh(now=timezone.now())
+    return {"pending": summary.pending, "estimated": summary.estimated}

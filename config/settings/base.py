@@ -244,6 +244,16 @@ GPULAB_LOGIN_LOCKOUT_SECONDS = env_int("GPULAB_LOGIN_LOCKOUT_SECONDS", 900, mini
 GPULAB_TRUSTED_PROXY_COUNT = env_int("GPULAB_TRUSTED_PROXY_COUNT", 0, minimum=0)
 # Scheduling-round records older than this are deleted daily (scheduler.rounds_prune).
 GPULAB_ROUND_HISTORY_DAYS = env_int("GPULAB_ROUND_HISTORY_DAYS", 30, minimum=1)
+# Estimated start times (scheduler.forecast_services, every minute): the pending jobs
+# nearest the head of the line that get one, how far ahead the forecast looks, and the
+# seconds of computing one forecast may take.
+GPULAB_FORECAST_MAX_JOBS = env_int("GPULAB_FORECAST_MAX_JOBS", 300, minimum=1, maximum=100_000)
+GPULAB_FORECAST_HORIZON_HOURS = env_int(
+    "GPULAB_FORECAST_HORIZON_HOURS", 168, minimum=1, maximum=24 * 365
+)
+GPULAB_FORECAST_BUDGET_SECONDS = env_int(
+    "GPULAB_FORECAST_BUDGET_SECONDS", 20, minimum=1, maximum=50
+)
 # How scheduling rounds run: "celery" (worker + beat), "embedded" (a thread in the web
 # process, for the demo), or "off" (nothing is requested; tests drive rounds directly).
 # Mail to job owners who asked for it (`Job.notify`): SMTP when GPULAB_EMAIL_HOST is set,

@@ -43,6 +43,11 @@ class QueueEntryOutput(serializers.Serializer):
     reason_words = serializers.CharField()
     jobs_ahead = serializers.IntegerField()
     gpus_ahead = serializers.IntegerField()
+    estimated_start = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Pending jobs: when the start forecast expects it to start; null without one "
+        "(the job's own `estimated_start` says why).",
+    )
 
 
 class QueueOutput(serializers.Serializer):

@@ -72,6 +72,8 @@ class QueueEntry:
     reason_words: str
     jobs_ahead: int
     gpus_ahead: int
+    # Pending jobs: the latest start forecast (scheduler.forecast_services), if it gave one.
+    estimated_start: datetime | None = None
 
 
 def reason_in_words(reason: str) -> str:
@@ -115,6 +117,9 @@ def _entry(
         reason_words=reason_in_words(row["reason"]) if row["state"] == JobState.PENDING else "",
         jobs_ahead=jobs_ahead,
         gpus_ahead=gpus_ahead,
+        estimated_start=(
+            row["start_forecast__start_at"] if row["state"] == JobState.PENDING else None
+        ),
     )
 
 
@@ -133,6 +138,7 @@ _ROW_FIELDS = (
     "pending_since",
     "started_at",
     "reason",
+    "start_forecast__start_at",
 )
 
 

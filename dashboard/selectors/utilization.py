@@ -21,7 +21,7 @@ from django.db.models.functions import TruncDay
 from django.utils import timezone
 
 from accounts.models import User
-from agents.models import JobGpuMinute, JobGpuSample
+from agents.selectors import jobs_gpu_use
 from cluster.models import Device
 from jobs.choices import JobState
 from jobs.models import Allocation
@@ -453,12 +453,10 @@ def idle_allocated_jobs(*, viewer: User, now: datetime | None = None) -> IdleAll
     """Running jobs that hold GPUs but used them less than IDLE_THRESHOLD_PCT lately.
 
     1. The live allocations of RUNNING jobs (a student's own jobs only).
-    2. Their per-job GPU use over the last IDLE_WINDOW from JobGpuMinute; a job with no
-       minute row yet (just started, or the roll-up has not run) falls back to its raw
-       JobGpuSample rows.
-    3. A job's use is the mean over every GPU it holds: a held GPU with no process of the
-       job on it counts as 0 %. A job with no reading at all is not judged (it is counted
-       in `without_readings`): its node's agent may not report per-job use.
+    2. Their per-job GPU use over the last IDLE_WINDOW (`agents.selectors.jobs_gpu_use`):
+       the mean over every GPU a job holds, a held GPU it does not use counting as 0 %.
+       A job with no reading at all is not judged (it is counted in `without_readings`):
+       its node's agent may not report per-job use.
     """
     now = now or timezone.now()
     since = now - IDLE_WINDOW
@@ -486,45 +484,20 @@ def idle_allocated_jobs(*, viewer: User, now: datetime | None = None) -> IdleAll
     if not jobs:
         return IdleAllocated(jobs=[], running=0, without_readings=0)
 
-    # (job, device) -> mean utilization % over the window.
-    use: dict[tuple[int, int], float] = {}
-    minute_rows = (
-        JobGpuMinute.objects.filter(
-            job_id__in=list(jobs), minute__gte=since, utilization_avg__isnull=False
-        )
-        .values("job_id", "device_id")
-        .annotate(weighted=Sum(F("utilization_avg") * F("samples")), samples=Sum("samples"))
-        .order_by()
-        .values_list("job_id", "device_id", "weighted", "samples")
+    use = jobs_gpu_use(
+        held={job_id: list(job["devices"]) for job_id, job in jobs.items()},
+        since=dict.fromkeys(jobs, since),
+        now=now,
     )
-    for job_id, device_id, weighted, samples in minute_rows:
-        if samples:
-            use[(job_id, device_id)] = weighted / samples
-    rolled = {job_id for job_id, _ in use}
-    unrolled = [job_id for job_id in jobs if job_id not in rolled]
-    if unrolled:
-        sample_rows = (
-            JobGpuSample.objects.filter(
-                job_id__in=unrolled, at__gte=since, at__lte=now, utilization_pct__isnull=False
-            )
-            .values("job_id", "device_id")
-            .annotate(mean=Avg("utilization_pct"), samples=Count("id"))
-            .order_by()
-            .values_list("job_id", "device_id", "mean")
-        )
-        for job_id, device_id, mean in sample_rows:
-            use[(job_id, device_id)] = float(mean)
-
     idle = []
     without_readings = 0
     for job_id, job in jobs.items():
-        held = job["devices"]
-        readings = [use.get((job_id, device_id)) for device_id in held]
-        if all(reading is None for reading in readings):
+        average = use[job_id]
+        if average is None:
             without_readings += 1
             continue
-        average = sum(reading or 0.0 for reading in readings) / len(held)
         if average < IDLE_THRESHOLD_PCT:
+            held = job["devices"]
             idle.append(
                 IdleJob(
                     job_id=job_id,

@@ -70,6 +70,7 @@ def queue_page(request: HttpRequest) -> HttpResponse:
         {
             "view": view,
             "page": page,
+            "now": now,
             "charts": True,
             "refresh_seconds": 10,
             # Built only from QueueSample rows: cached per aggregation run (exact).

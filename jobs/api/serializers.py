@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from agents.selectors import job_measured_rates
 from jobs.selectors import job_run_seconds, jobs_live_service
+from scheduler.selectors import start_forecast_of
 
 from .. import validation
 from ..choices import Consolidation, DependencyKind, Notify
@@ -228,6 +229,11 @@ class JobOutput(serializers.ModelSerializer):
     array = serializers.SerializerMethodField(
         help_text="The array this job is a task of, or null: {id, index, size, max_running}."
     )
+    estimated_start = serializers.SerializerMethodField(
+        help_text="Pending jobs: when the scheduler, replayed forward, starts it (`at`, null "
+        "with a `note` where there is no estimate), and the range past forecasts' real starts "
+        "fell in for 80 % of them (`earliest`/`latest`, null until measured). Null otherwise."
+    )
 
     class Meta:
         model = Job
@@ -252,6 +258,9 @@ class JobOutput(serializers.ModelSerializer):
             "state",
             "reason",
             "queue_position",
+            "estimated_start",
+            "idle_warned_at",
+            "idle_exempt_until",
             "queue_level",
             "attained_gpu_hours",
             "attempt",
@@ -272,6 +281,32 @@ class JobOutput(serializers.ModelSerializer):
             now=timezone.now(),
         )
         return round(seconds, 1)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "at": {"type": "string", "format": "date-time", "nullable": True},
+                "earliest": {"type": "string", "format": "date-time", "nullable": True},
+                "latest": {"type": "string", "format": "date-time", "nullable": True},
+                "made_at": {"type": "string", "format": "date-time"},
+                "note": {"type": "string"},
+            },
+        }
+    )
+    def get_estimated_start(self, job: Job) -> dict[str, Any] | None:
+        forecast = start_forecast_of(job)  # read with the job (jobs.selectors.job_visible_to)
+        if forecast is None:
+            return None
+        moment = serializers.DateTimeField().to_representation
+        return {
+            "at": forecast.start_at and moment(forecast.start_at),
+            "earliest": forecast.earliest_at and moment(forecast.earliest_at),
+            "latest": forecast.latest_at and moment(forecast.latest_at),
+            "made_at": moment(forecast.made_at),
+            "note": forecast.note,
+        }
 
     @extend_schema_field({"type": "array", "items": {"type": "integer", "nullable": True}})
     def get_depends_on(self, job: Job) -> list[int]:

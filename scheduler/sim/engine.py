@@ -55,6 +55,17 @@ timer rounds stay on the same grid. A fractional tick is not exactly representab
 grid moves with the origin and results may differ slightly (1e-5 relative, measured) from
 the same trace started at 0. `JobRecord` times and `busy_timeline` are on the shifted clock.
 
+Starting from a live snapshot (forecasts)
+-----------------------------------------
+With `seed=Seed(snapshot, work_left)` the replay starts at `snapshot.now` with the
+snapshot's jobs already there: running ones on their devices, pending ones in their
+queues, users and groups with their weights, quotas and usage. Each seeded job's
+`work_left` is wall seconds, done at 1 per second on any device (a walltime is wall-clock
+time, whatever the GPU); the policy still sees each job's own `throughputs` for placement.
+A seeded pending job that has run before pays the restore cost when it starts again.
+`scheduler.forecast` uses this to predict start times; with `SimConfig.stop_when_started`
+the replay ends once every job it asks about has started.
+
 Stalls
 ------
 A replay whose GPUs stay held while no job does any work and none finishes, round after
@@ -68,7 +79,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
 from scheduler.core import accounting
@@ -168,6 +179,7 @@ class _Active:
         "as_of",
         "epoch",
         "job",
+        "ran_before",
         "rate",
         "record",
         "speed",
@@ -186,6 +198,8 @@ class _Active:
         self.speed = 0.0  # Σ device speeds held: normalized GPU-seconds per second
         self.stall_until = now  # restore ends here; no progress before
         self.epoch = 0  # bumps at every start/stop, invalidating queued completions
+        # Ran before the replay began (a seeded job): its next start is a resume.
+        self.ran_before = False
 
 
 @dataclass(frozen=True)
@@ -204,6 +218,19 @@ class SimConfig:
     # Stop as soon as every one of these job ids has finished (a measurement window: what
     # arrives later cannot change their JCT); None = run on.
     stop_when_finished: frozenset[int] | None = None
+    # Stop as soon as every one of these job ids has started (a forecast's question).
+    stop_when_started: frozenset[int] | None = None
+    # Stop after this many seconds of wall-clock time (a forecast must answer in time).
+    wall_budget: float | None = None
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A replay's starting state: a live snapshot and each job's wall seconds of work left
+    (see "Starting from a live snapshot" above)."""
+
+    snapshot: Snapshot
+    work_left: Mapping[int, float]
 
 
 class _StallGuard:
@@ -406,8 +433,10 @@ class Simulation:
         *,
         decide: DecideFn | None = None,
         config: SimConfig | None = None,
+        seed: Seed | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        self.seed = seed
         if decide is None:
             # Late import: the policies package is heavy and tests inject their own.
             from scheduler import policies
@@ -437,6 +466,9 @@ class Simulation:
         self.settings = settings
         self.devices: tuple[Device, ...] = cluster.devices
         self.device_by_id = {device.id: device for device in cluster.devices}
+        # Users' weights and quotas, kept as usage changes (seeded replays; a trace's users
+        # have the defaults).
+        self.account_base: dict[str, Account] = {}
 
     # ----------------------------------------------------------------- helpers
     def _rates(self, trace: TraceJob, device_ids: Iterable[int]) -> tuple[float, float]:
@@ -497,7 +529,7 @@ class Simulation:
             busy_timeline=[],
             time_origin=self.time_origin,
         )
-        if not self.trace:
+        if not self.trace and self.seed is None:
             result.wall_seconds = time.perf_counter() - started_wall
             return result
 
@@ -510,7 +542,7 @@ class Simulation:
         users: dict[str, list[float]] = {}  # name -> [usage, as_of]
         groups: set[str] = set()
         busy = 0
-        now = self.trace[0].submit_time
+        now = self.seed.snapshot.now if self.seed is not None else self.trace[0].submit_time
         start_time = now
         result.busy_timeline.append((now, 0))
         wakeup = wakeup_exact = math.inf
@@ -527,6 +559,8 @@ class Simulation:
 
         migrating = migrates(settings)
         watched = set(config.stop_when_finished or ())
+        not_started = set(config.stop_when_started or ())
+        deadline = None if config.wall_budget is None else started_wall + config.wall_budget
         stall = _StallGuard(now)
         progressed = False  # some job did work since the last round (see _StallGuard)
 
@@ -583,6 +617,26 @@ class Simulation:
             if tick <= 0:
                 return t
             return math.ceil(t / tick - 1e-9) * tick
+
+        group_accounts: tuple[Account, ...] | None = None
+        if self.seed is not None:
+            seed_snapshot = self.seed.snapshot
+            for state in self._seeded(self.seed):
+                records.append(state.record)
+                active[state.job.id] = state
+                if state.job.phase is JobPhase.RUNNING:
+                    running.add(state.job.id)
+                    busy += len(state.job.devices)
+                    schedule_completion(state, now)
+            for account in seed_snapshot.users:
+                users[account.name] = [account.usage, now]
+                self.account_base[account.name] = account
+            group_accounts = seed_snapshot.groups
+            finished_sizes.extend(seed_snapshot.finished_job_sizes)
+            finished_sizes_tuple = tuple(finished_sizes)
+            note_busy(now)
+            # A round at once: free GPUs may start a pending job before anything ends.
+            wakeup = wakeup_exact = now
 
         rounds = 0
         stop_reason = "all jobs finished"
@@ -683,7 +737,11 @@ class Simulation:
                 devices=self.devices,
                 nodes=self.cluster.nodes,
                 users=accounts,
-                groups=tuple(Account(name=g) for g in sorted(groups)),
+                groups=(
+                    group_accounts
+                    if group_accounts is not None
+                    else tuple(Account(name=g) for g in sorted(groups))
+                ),
                 settings=settings,
                 finished_job_sizes=finished_sizes_tuple,
             )
@@ -702,7 +760,14 @@ class Simulation:
             busy += self._apply(decisions, active, running, now)
             for start in decisions.starts:
                 schedule_completion(active[start.job_id], now)
+                not_started.discard(start.job_id)
             note_busy(now)
+            if config.stop_when_started is not None and not not_started:
+                stop_reason = "every watched job started"
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                stop_reason = f"wall-clock budget of {config.wall_budget:g} s used up"
+                break
             if busy > total_gpus:
                 raise SimulationError(f"t={now}: {busy} GPUs held on a {total_gpus}-GPU cluster")
             if progressed or finished_any or busy == 0:
@@ -789,6 +854,42 @@ class Simulation:
         result.wall_seconds = time.perf_counter() - started_wall
         return result
 
+    def _seeded(self, seed: Seed) -> list[_Active]:
+        """The engine state of a seed's jobs at `seed.snapshot.now` (see `Seed`)."""
+        now = seed.snapshot.now
+        # Wall seconds of work at 1 per second on every device type (see `Seed`).
+        unit = tuple((device_type, 1.0) for device_type in self.cluster.device_types)
+        states = []
+        for job in seed.snapshot.jobs:
+            work = max(float(seed.work_left[job.id]), 0.0)
+            trace = TraceJob(
+                id=job.id,
+                num_gpus=job.num_gpus,
+                submit_time=job.submit_time,
+                duration=work,
+                model=job.model,
+                user=job.user,
+                group=job.group,
+                consolidation=job.consolidation,
+                throughputs=unit,
+                accepted_types=job.accepted_types,
+            )
+            record = JobRecord(
+                id=job.id,
+                user=job.user,
+                num_gpus=job.num_gpus,
+                submit_time=job.submit_time,
+                duration=work,
+                ideal_runtime=work,
+                first_start=job.started_at if job.phase is JobPhase.RUNNING else None,
+            )
+            state = _Active(trace, job, record, now)
+            state.ran_before = job.attained_service > 0 or job.phase is JobPhase.RUNNING
+            if job.phase is JobPhase.RUNNING:
+                state.rate, state.speed = self._rates(trace, job.devices)
+            states.append(state)
+        return states
+
     # ---------------------------------------------------------------- apply
     def _accounts(self, users: dict[str, list[float]], now: float) -> tuple[Account, ...]:
         """Users with decayed usage (fair share); usage decays at the configured half-life."""
@@ -799,7 +900,10 @@ class Simulation:
             if now > as_of:
                 usage = accounting.decay_usage(usage, now - as_of, half_life)
                 entry[0], entry[1] = usage, now
-            accounts.append(Account(name=name, usage=usage))
+            base = self.account_base.get(name)
+            accounts.append(
+                Account(name=name, usage=usage) if base is None else replace(base, usage=usage)
+            )
         accounts.sort(key=lambda account: account.name)
         return tuple(accounts)
 
@@ -852,8 +956,10 @@ class Simulation:
             state.job = accounting.mark_started(state.job, devices, now)
             state.rate, state.speed = self._rates(state.trace, devices)
             record = state.record
+            resumed = record.first_start is not None or state.ran_before
             if record.first_start is None:
                 record.first_start = now
+            if not resumed:
                 state.stall_until = now
             else:
                 # Resume from checkpoint: restore_cost seconds with devices but no progress.

@@ -18,6 +18,7 @@ from cli.render import (
     job_status_line,
     log_new_part,
     progress_bar,
+    start_estimate,
     table,
     walltime_seconds,
 )
@@ -86,6 +87,44 @@ def test_the_status_line_says_where_a_job_is() -> None:
     )
     failed = _job(state="FAILED", exit_code=2, reason="Exited with 2.")
     assert job_status_line(failed, NOW) == "job 5 FAILED (exit 2): Exited with 2."
+
+
+def test_a_pending_job_says_when_it_is_expected_to_start() -> None:
+    submitted = (NOW - timedelta(minutes=5)).isoformat()
+    estimate = {
+        "at": (NOW + timedelta(minutes=35)).isoformat(),
+        "earliest": (NOW + timedelta(minutes=20)).isoformat(),
+        "latest": (NOW + timedelta(hours=1, minutes=10)).isoformat(),
+        "made_at": NOW.isoformat(),
+        "note": "",
+    }
+    pending = _job(queue_position=3, submitted_at=submitted, estimated_start=estimate)
+    assert job_status_line(pending, NOW) == (
+        "job 5 PENDING, position 3 in the queue, waiting 5m00s; "
+        "starts in about 35m00s (likely in about 20m00s to about 1h10m)"
+    )
+    behind = {**pending, "reason": "Behind: 2 jobs"}
+    assert job_status_line(behind, NOW).endswith(
+        "waiting 5m00s: Behind: 2 jobs; starts in about 35m00s "
+        "(likely in about 20m00s to about 1h10m)"
+    )
+    # Not measured yet: no range. No estimate: the server's note, in `show` only.
+    unmeasured = {**estimate, "earliest": None, "latest": None}
+    assert start_estimate(_job(estimated_start=unmeasured), NOW) == "starts in about 35m00s"
+    # Made a minute ago for a moment already past: now, never "in about 0s".
+    past = {**estimate, "at": (NOW - timedelta(seconds=20)).isoformat()}
+    assert start_estimate(_job(estimated_start=past), NOW).startswith("starts now (likely in")
+    early = {**estimate, "earliest": (NOW - timedelta(minutes=1)).isoformat()}
+    assert start_estimate(_job(estimated_start=early), NOW) == (
+        "starts in about 35m00s (likely now to about 1h10m)"
+    )
+    none = {**estimate, "at": None, "note": "no estimate while it is held (see its reason)"}
+    held = _job(submitted_at=submitted, estimated_start=none, reason="Dependency: waits")
+    assert start_estimate(held, NOW) == "no estimate while it is held (see its reason)"
+    assert job_status_line(held, NOW) == (
+        "job 5 PENDING, in the queue, waiting 5m00s: Dependency: waits"
+    )
+    assert start_estimate(_job(estimated_start=None), NOW) is None
 
 
 def test_a_log_read_again_adds_only_what_is_new() -> None:

@@ -36,6 +36,10 @@ DEFAULTS = {
     "allox_efficiency_gate": "1",
     "round_interval_seconds": "10",
     "preemption_grace_seconds": "30",
+    # idle_reap: off, so an unticked box that posts nothing
+    "idle_threshold_pct": "5",
+    "idle_window_minutes": "60",
+    "idle_grace_minutes": "60",
 }
 
 

@@ -23,6 +23,7 @@ from jobs import selectors
 from jobs.choices import JobState
 from jobs.models import Job
 from jobs.services import job_cancel, job_mark_running, job_preempt, job_start
+from scheduler.selectors import scheduler_config_get
 from tests.agents.conftest import (  # the SSH fixtures, for the one real-node test
     ssh_node,  # noqa: F401
     ssh_server,  # noqa: F401
@@ -513,11 +514,12 @@ def test_the_detail_page_needs_a_bounded_number_of_queries(
         winner = JobFactory(owner=outsider)
         job_preempt(job_id=victim.pk, reason=f"round {n}", by_job_id=winner.pk)
         Job.objects.filter(pk=victim.pk).update(state=JobState.RUNNING)
+    scheduler_config_get()  # the settings row exists in a running lab
     client = logged_in(lab_admin)
     # session, user, job, events, mentioned jobs, 2 chart bounds, minutes, samples, and for
     # the measured speed the job's argv as text and its program's progress rows, the jobs
-    # it waits for
-    with django_assert_max_num_queries(13):
+    # it waits for, the idle-reaping settings (a running job's Keep form)
+    with django_assert_max_num_queries(14):
         response = client.get(f"/jobs/{victim.pk}/")
     assert response.status_code == 200
 

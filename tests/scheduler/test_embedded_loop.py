@@ -84,3 +84,26 @@ def test_a_failing_round_is_retried_after_an_interval_not_every_tick(monkeypatch
         last_round, _ = iterate(event=False, now=now, last_round=last_round, next_aggregates=LATER)
     assert last_round == 110.0
     assert SchedulingRound.objects.filter(outcome="failed").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_aggregates_refresh_the_start_forecasts_and_a_failing_one_waits_its_turn(
+    monkeypatch,
+) -> None:
+    from scheduler import forecast_services
+
+    calls: list[str] = []
+
+    def failing(*, now) -> None:  # type: ignore[no-untyped-def]
+        calls.append("forecast")
+        raise RuntimeError("forecast broke")
+
+    monkeypatch.setattr(forecast_services, "start_forecasts_refresh", failing)
+    next_aggregates = 0.0
+    for now in (100.0, 102.0, 104.0):  # the loop ticks every 2 s
+        _, next_aggregates = iterate(
+            event=False, now=now, last_round=now, next_aggregates=next_aggregates
+        )
+    # Once with the aggregates, not again at every tick after it failed.
+    assert calls == ["forecast"]
+    assert next_aggregates == 130.0
