@@ -25,11 +25,24 @@ class UsageReportRowOutput(serializers.Serializer):
     normalized_gpu_hours = serializers.FloatField(help_text="GPU-hours × device-type speed.")
 
 
+class UsageWaitOutput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["user", "group"])
+    name = serializers.CharField()
+    jobs_started = serializers.IntegerField(help_text="Jobs that first started in the range.")
+    mean_wait_seconds = serializers.FloatField(
+        help_text="From submission to first start (dependency holds, array caps and retry "
+        "backoffs included)."
+    )
+    median_wait_seconds = serializers.FloatField()
+    p95_wait_seconds = serializers.FloatField(help_text="Nearest-rank 95th percentile.")
+
+
 class UsageReportOutput(serializers.Serializer):
     start = serializers.DateField()
     end = serializers.DateField()
     device_types = serializers.ListField(child=serializers.CharField())
     rows = UsageReportRowOutput(many=True)
+    waits = UsageWaitOutput(many=True)
     gpu_hours = serializers.FloatField(help_text="Total over every user.")
     normalized_gpu_hours = serializers.FloatField()
 
@@ -39,7 +52,9 @@ class UsageApi(APIView):
         summary="GPU-hours per user and per group, by device type (admins only)",
         description=(
             "From the hourly usage aggregate, both days included, in the lab's time zone. "
-            "Defaults to the last 30 days. One row per user (or group) and device type it used."
+            "Defaults to the last 30 days. One row per user (or group) and device type it used; "
+            "`waits`: per user and group, how long the jobs that first started in the range "
+            "waited for it."
         ),
         parameters=[
             OpenApiParameter("start", str, description="YYYY-MM-DD; default: 29 days before end."),
@@ -79,6 +94,18 @@ class UsageApi(APIView):
             "end": report.end,
             "device_types": report.device_types,
             "rows": rows,
+            "waits": [
+                {
+                    "kind": line.kind,
+                    "name": line.name,
+                    "jobs_started": line.waits.started,
+                    "mean_wait_seconds": line.waits.mean_seconds,
+                    "median_wait_seconds": line.waits.median_seconds,
+                    "p95_wait_seconds": line.waits.p95_seconds,
+                }
+                for line in [*report.users, *report.groups]
+                if line.waits is not None
+            ],
             "gpu_hours": report.total.gpu_hours,
             "normalized_gpu_hours": report.total.normalized_hours,
         }

@@ -1,13 +1,18 @@
-"""Reads behind the usage report: GPU-hours per user and per group, by device type.
+"""Reads behind the usage report: GPU-hours per user and per group, by device type, and
+how long their jobs waited to start.
 
-From the hourly `UsageHour` aggregate only (style.md rule 24): two grouped queries whatever
-the size of the job history. Admin-only; the views enforce that.
+GPU-hours come from the hourly `UsageHour` aggregate only (style.md rule 24): two grouped
+queries whatever the size of the job history. Waits are read from the jobs that first
+started in the range (one indexed query on `first_started_at`). Admin-only; the views
+enforce that.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -18,6 +23,7 @@ from django.utils import timezone
 from accounts.models import LabGroup, User
 from cluster.models import DeviceType
 from dashboard.models import UsageHour
+from jobs.models import Job
 
 from .fairness import NO_GROUP
 
@@ -32,13 +38,27 @@ class UsageCell:
 
 
 @dataclass(frozen=True)
+class WaitStats:
+    """How long the jobs that first started in the range waited for it: from submission to
+    their first start (a dependency's hold, an array's cap and a retry's backoff included,
+    as Slurm's submit-to-start)."""
+
+    started: int
+    mean_seconds: float
+    median_seconds: float
+    p95_seconds: float
+
+
+@dataclass(frozen=True)
 class UsageLine:
-    """One user or group: hours per device type (in the report's column order), and total."""
+    """One user or group: hours per device type (in the report's column order), and total;
+    and the waits of its jobs that started in the range (None: none did)."""
 
     kind: str  # "user" | "group"
     name: str
     cells: list[UsageCell]
     total: UsageCell
+    waits: WaitStats | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,7 @@ class UsageReport:
     # Column totals (one per device type) and the grand total; the same over users or groups.
     type_totals: list[UsageCell] = field(default_factory=list)
     total: UsageCell = UsageCell()
+    waits: WaitStats | None = None  # every job that first started in the range
 
 
 def _day_start(day: date) -> datetime:
@@ -64,17 +85,57 @@ def _total(cells: list[UsageCell]) -> UsageCell:
 
 
 def _lines(
-    kind: str, rows: list[tuple[str, str, float, float]], device_types: list[str]
+    kind: str,
+    rows: list[tuple[str, str, float, float]],
+    device_types: list[str],
+    waits: dict[str, WaitStats],
 ) -> list[UsageLine]:
     per_name: dict[str, dict[str, UsageCell]] = defaultdict(dict)
     for name, device_type, gpu_seconds, service in rows:
         per_name[name][device_type] = UsageCell(gpu_seconds / 3600, service / 3600)
+    for name in waits:  # started a job, but its hours are not aggregated yet
+        per_name.setdefault(name, {})
     lines = []
     for name, by_type in sorted(per_name.items()):
         # Zeros where it used nothing, so every row has one cell per column.
         cells = [by_type.get(device_type, UsageCell()) for device_type in device_types]
-        lines.append(UsageLine(kind=kind, name=name, cells=cells, total=_total(cells)))
+        lines.append(
+            UsageLine(kind=kind, name=name, cells=cells, total=_total(cells), waits=waits.get(name))
+        )
     return lines
+
+
+def _wait_stats(waits: list[float]) -> WaitStats:
+    ordered = sorted(waits)
+    # Nearest rank: the wait 95 % of these jobs did not exceed.
+    p95 = ordered[max(math.ceil(0.95 * len(ordered)) - 1, 0)]
+    return WaitStats(
+        started=len(ordered),
+        mean_seconds=statistics.fmean(ordered),
+        median_seconds=statistics.median(ordered),
+        p95_seconds=p95,
+    )
+
+
+def _waits(
+    start: datetime, end: datetime
+) -> tuple[dict[str, WaitStats], dict[str, WaitStats], WaitStats | None]:
+    """Waits of the jobs that first started in [start, end): per owner, per group, all."""
+    per_user: dict[str, list[float]] = defaultdict(list)
+    per_group: dict[str, list[float]] = defaultdict(list)
+    everyone: list[float] = []
+    for owner, group, submitted, started in Job.objects.filter(
+        first_started_at__gte=start, first_started_at__lt=end
+    ).values_list("owner__username", "group__name", "submitted_at", "first_started_at"):
+        wait = max((started - submitted).total_seconds(), 0.0)
+        per_user[owner].append(wait)
+        per_group[group or NO_GROUP].append(wait)
+        everyone.append(wait)
+    return (
+        {name: _wait_stats(waits) for name, waits in per_user.items()},
+        {name: _wait_stats(waits) for name, waits in per_group.items()},
+        _wait_stats(everyone) if everyone else None,
+    )
 
 
 def usage_report(*, start: date, end: date) -> UsageReport:
@@ -120,7 +181,10 @@ def usage_report(*, start: date, end: date) -> UsageReport:
         (name, type_, gpu, service) for (name, type_), (gpu, service) in per_group.items()
     ]
     device_types = sorted({device_type for _, device_type, _, _ in user_rows})
-    users = _lines("user", user_rows, device_types)
+    user_waits, group_waits, all_waits = _waits(
+        _day_start(start), _day_start(end + timedelta(days=1))
+    )
+    users = _lines("user", user_rows, device_types, user_waits)
     type_totals = [
         _total([line.cells[index] for line in users]) for index in range(len(device_types))
     ]
@@ -129,9 +193,10 @@ def usage_report(*, start: date, end: date) -> UsageReport:
         end=end,
         device_types=device_types,
         users=users,
-        groups=_lines("group", group_rows, device_types),
+        groups=_lines("group", group_rows, device_types, group_waits),
         type_totals=type_totals,
         total=_total(type_totals),
+        waits=all_waits,
     )
 
 
@@ -145,8 +210,10 @@ def usage_report_csv(report: UsageReport) -> str:
     """The report's table as CSV: one row per user, then per group, then the total row.
 
     Columns: kind, name, then GPU-hours and normalized GPU-hours per device type, then the
-    totals. Numbers are rounded to 0.001 h (3.6 s). Every cell goes through `csv_safe`:
-    user and group names come from people and must never run in a spreadsheet.
+    totals, then the jobs that first started in the range and their mean, median and 95th
+    percentile wait in hours (empty where none started). Numbers are rounded to 0.001 h
+    (3.6 s). Every cell goes through `csv_safe`: user and group names come from people and
+    must never run in a spreadsheet.
     """
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -154,6 +221,7 @@ def usage_report_csv(report: UsageReport) -> str:
     for name in report.device_types:
         header += [f"{name} GPU-hours", f"{name} normalized GPU-hours"]
     header += ["total GPU-hours", "total normalized GPU-hours"]
+    header += ["jobs started", "mean wait hours", "median wait hours", "p95 wait hours"]
     writer.writerow([csv_safe(cell) for cell in header])
 
     def numbers(cells: list[UsageCell]) -> list[str]:
@@ -161,8 +229,15 @@ def usage_report_csv(report: UsageReport) -> str:
             f"{value:.3f}" for cell in cells for value in (cell.gpu_hours, cell.normalized_hours)
         ]
 
+    def waits(stats: WaitStats | None) -> list[str]:
+        if stats is None:
+            return ["0", "", "", ""]
+        hours = (stats.mean_seconds, stats.median_seconds, stats.p95_seconds)
+        return [str(stats.started), *(f"{seconds / 3600:.3f}" for seconds in hours)]
+
     for line in [*report.users, *report.groups]:
-        row = [line.kind, line.name, *numbers([*line.cells, line.total])]
+        row = [line.kind, line.name, *numbers([*line.cells, line.total]), *waits(line.waits)]
         writer.writerow([csv_safe(cell) for cell in row])
-    writer.writerow(["total", "all", *numbers([*report.type_totals, report.total])])
+    total = ["total", "all", *numbers([*report.type_totals, report.total]), *waits(report.waits)]
+    writer.writerow(total)
     return buffer.getvalue()

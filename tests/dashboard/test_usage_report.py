@@ -14,7 +14,10 @@ from accounts.models import LabGroup, User
 from cluster.models import DeviceType
 from dashboard.models import UsageHour
 from dashboard.selectors.usage import csv_safe, usage_report
+from jobs.choices import JobState
+from jobs.models import Job
 from tests.dashboard.helpers import logged_in
+from tests.factories import JobFactory
 
 HOUR = 3600.0
 
@@ -158,11 +161,17 @@ def test_the_csv_download_holds_the_same_table(march, lab_admin):
         "v100 normalized GPU-hours",
         "total GPU-hours",
         "total normalized GPU-hours",
+        "jobs started",
+        "mean wait hours",
+        "median wait hours",
+        "p95 wait hours",
     ]
     by_name = {(row[0], row[1]): row[2:] for row in rows[1:]}
-    assert by_name[("user", "alice")] == ["2.000", "4.000", "1.000", "1.000", "3.000", "5.000"]
-    assert by_name[("group", "(no group)")][-2:] == ["0.500", "0.500"]
-    assert by_name[("total", "all")][-2:] == ["10.500", "16.500"]
+    assert by_name[("user", "alice")] == [
+        "2.000", "4.000", "1.000", "1.000", "3.000", "5.000", "0", "", "", "",
+    ]  # fmt: skip
+    assert by_name[("group", "(no group)")][4:6] == ["0.500", "0.500"]
+    assert by_name[("total", "all")][4:6] == ["10.500", "16.500"]
     assert len(rows) == 1 + 3 + 3 + 1
 
 
@@ -219,11 +228,72 @@ def test_the_report_costs_a_bounded_number_of_queries(
         for user in users
         for h in range(1, 48, 3)
     )
+    for user in users:  # and each started a job: one query for every wait, however many
+        started(user, vision, submitted=now - timedelta(hours=2), waited_minutes=30)
     client = logged_in(lab_admin)
 
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(7):
         response = client.get("/usage/")
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(7):
         client.get("/usage/?format=csv")
 
     assert len(response.context["report"].users) == 40
+
+
+def started(owner, group, *, submitted: datetime, waited_minutes: float) -> None:  # type: ignore[no-untyped-def]
+    job = JobFactory(owner=owner, group=group, state=JobState.SUCCEEDED)
+    Job.objects.filter(pk=job.pk).update(
+        submitted_at=submitted, first_started_at=submitted + timedelta(minutes=waited_minutes)
+    )
+
+
+@pytest.mark.django_db
+def test_waits_per_user_and_group_of_the_jobs_that_started_in_the_range(  # type: ignore[no-untyped-def]
+    owner, teammate, outsider, vision, nlp, lab_admin, types
+):
+    day = datetime(2026, 3, 10, 9, tzinfo=UTC)
+    for minutes in (10, 20, 30, 40, 300):  # alice: median 30 min, nearest-rank p95 300 min
+        started(owner, vision, submitted=day, waited_minutes=minutes)
+    started(teammate, vision, submitted=day, waited_minutes=60)
+    started(outsider, None, submitted=day, waited_minutes=5)
+    # Submitted in February, started in March: counted; started in April: not.
+    started(outsider, nlp, submitted=datetime(2026, 2, 28, 23, tzinfo=UTC), waited_minutes=120)
+    started(outsider, nlp, submitted=datetime(2026, 3, 31, 23, tzinfo=UTC), waited_minutes=600)
+    JobFactory(owner=outsider, state=JobState.PENDING)  # never started: no wait yet
+
+    report = usage_report(start=date(2026, 3, 1), end=date(2026, 3, 31))
+
+    users = {line.name: line.waits for line in report.users}
+    assert users["alice"] is not None
+    assert (users["alice"].started, users["alice"].median_seconds) == (5, 30 * 60)
+    assert users["alice"].p95_seconds == 300 * 60
+    assert users["alice"].mean_seconds == 80 * 60
+    assert users["carol"].started == 2  # the no-group job and the one from February
+    groups = {line.name: line.waits for line in report.groups}
+    assert groups["vision"].started == 6 and groups["(no group)"].started == 1
+    assert groups["nlp"].started == 1 and groups["nlp"].median_seconds == 120 * 60
+    assert report.waits is not None and report.waits.started == 8
+
+    client = logged_in(lab_admin)
+    page = client.get("/usage/?start=2026-03-01&end=2026-03-31").content.decode()
+    assert "Median wait" in page and "30 min" in page and "5 h" in page
+    rows = list(
+        csv.reader(
+            io.StringIO(
+                client.get("/usage/?start=2026-03-01&end=2026-03-31&format=csv").content.decode()
+            )
+        )
+    )
+    by_name = {(row[0], row[1]): row for row in rows[1:]}
+    assert by_name[("user", "alice")][-4:] == ["5", "1.333", "0.500", "5.000"]
+    assert by_name[("total", "all")][-4][0] == "8"
+    api = client.get("/api/v1/usage/?start=2026-03-01&end=2026-03-31").json()
+    waits = {(row["kind"], row["name"]): row for row in api["waits"]}
+    assert waits[("user", "alice")]["p95_wait_seconds"] == 300 * 60
+    assert waits[("group", "vision")]["jobs_started"] == 6
+
+
+@pytest.mark.django_db
+def test_students_see_no_waits_of_others(owner, vision, api_as):  # type: ignore[no-untyped-def]
+    assert logged_in(owner).get("/usage/").status_code == 403
+    assert api_as(owner).get("/api/v1/usage/").status_code == 403
