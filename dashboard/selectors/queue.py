@@ -117,9 +117,7 @@ def _entry(
         reason_words=reason_in_words(row["reason"]) if row["state"] == JobState.PENDING else "",
         jobs_ahead=jobs_ahead,
         gpus_ahead=gpus_ahead,
-        estimated_start=(
-            row["start_forecast__start_at"] if row["state"] == JobState.PENDING else None
-        ),
+        estimated_start=_estimated_start(row),
     )
 
 
@@ -139,7 +137,17 @@ _ROW_FIELDS = (
     "started_at",
     "reason",
     "start_forecast__start_at",
+    "start_forecast__made_at",
 )
+
+
+def _estimated_start(row: dict) -> datetime | None:
+    """A pending job's forecast start, unless the forecast predates its current wait (as
+    `scheduler.selectors.start_forecast_of` reads it for the job's own pages)."""
+    made, since = row["start_forecast__made_at"], row["pending_since"]
+    if row["state"] != JobState.PENDING or (made and since and made < since):
+        return None
+    return row["start_forecast__start_at"]
 
 
 def pending_order() -> list[tuple[int, int, int]]:

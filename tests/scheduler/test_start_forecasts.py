@@ -48,6 +48,15 @@ def _run_start(job: Job):  # type: ignore[no-untyped-def]
     )[0]
 
 
+def _running_and_waiting(owner, *, running_walltime: int = 600) -> tuple[Job, Job]:  # type: ignore[no-untyped-def]
+    """A job holding all 4 GPUs for `running_walltime` s, and a 4-GPU job waiting."""
+    running = _submit(owner, walltime_seconds=running_walltime)
+    scheduling_round_run()
+    waiting = _submit(owner, walltime_seconds=60)
+    scheduling_round_run()
+    return running, waiting
+
+
 @pytest.fixture
 def cluster() -> None:
     # One queue so large that no job here is demoted: a waiting job starts when the
@@ -119,10 +128,7 @@ def test_held_jobs_and_jobs_beyond_the_cut_get_a_note_not_a_time(owner, cluster,
 
 
 def test_a_later_forecast_replaces_the_time_and_keeps_the_first(owner, cluster):  # type: ignore[no-untyped-def]
-    _submit(owner, walltime_seconds=600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner)
     now = timezone.now()
     start_forecasts_refresh(now=now)
     first = StartForecast.objects.get(job=waiting)
@@ -171,10 +177,7 @@ def test_accuracy_is_measured_on_first_forecasts_of_jobs_that_started(owner, db)
 def test_a_forecast_carries_the_range_past_forecasts_measured(owner, cluster):  # type: ignore[no-untyped-def]
     now = timezone.now()
     _scored_jobs(owner, ratios=[0.5] * 10 + [2.0] * 10 + [1.0] * 20, now=now)
-    _submit(owner, walltime_seconds=3600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner, running_walltime=3600)
     start_forecasts_refresh(now=now)
     forecast = StartForecast.objects.get(job=waiting)
     wait = (forecast.start_at - now).total_seconds()
@@ -185,10 +188,7 @@ def test_a_forecast_carries_the_range_past_forecasts_measured(owner, cluster):  
 def test_the_api_shows_a_pending_jobs_estimate_to_its_owner_only(  # type: ignore[no-untyped-def]
     owner, outsider, lab_admin, cluster, api_as
 ):
-    running = _submit(owner, walltime_seconds=600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    running, waiting = _running_and_waiting(owner)
     start_forecasts_refresh(now=timezone.now())
     forecast = StartForecast.objects.get(job=waiting)
 
@@ -209,10 +209,7 @@ def test_the_api_shows_a_pending_jobs_estimate_to_its_owner_only(  # type: ignor
 
 
 def test_the_pages_show_the_estimate_to_its_owner_only(owner, outsider, cluster):  # type: ignore[no-untyped-def]
-    _submit(owner, walltime_seconds=600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner)
     start_forecasts_refresh(now=timezone.now())
     client = Client()
     client.force_login(owner)
@@ -228,19 +225,13 @@ def test_the_pages_show_the_estimate_to_its_owner_only(owner, outsider, cluster)
 
 
 def test_the_task_refreshes_the_forecasts(owner, cluster):  # type: ignore[no-untyped-def]
-    _submit(owner, walltime_seconds=600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner)
     assert start_forecasts_task() == {"pending": 1, "estimated": 1}
     assert StartForecast.objects.get(job=waiting).start_at is not None
 
 
 def test_the_queue_shows_expected_starts(owner, outsider, cluster, api_as):  # type: ignore[no-untyped-def]
-    _submit(owner, walltime_seconds=600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner)
     start_forecasts_refresh(now=timezone.now())
     expected = StartForecast.objects.get(job=waiting).start_at
 
@@ -278,10 +269,7 @@ def test_a_job_that_started_before_its_first_forecast_is_not_scored(owner, db): 
 def test_the_measured_accuracy_is_kept_for_the_pages(owner, cluster):  # type: ignore[no-untyped-def]
     now = timezone.now()
     _scored_jobs(owner, ratios=[0.5] * 10 + [2.0] * 10 + [1.0] * 20, now=now)
-    _submit(owner, walltime_seconds=3600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner, running_walltime=3600)
     start_forecasts_refresh(now=timezone.now())
     score = StartForecastScore.objects.get()
     assert score.samples == 40
@@ -315,10 +303,7 @@ def test_a_job_requeued_after_the_snapshot_is_not_called_held(owner, cluster, mo
 
 
 def test_a_forecast_from_before_the_current_wait_is_not_shown(owner, cluster):  # type: ignore[no-untyped-def]
-    _submit(owner, walltime_seconds=600)
-    scheduling_round_run()
-    waiting = _submit(owner, walltime_seconds=60)
-    scheduling_round_run()
+    _, waiting = _running_and_waiting(owner)
     now = timezone.now()
     start_forecasts_refresh(now=now)
     job = Job.objects.select_related("start_forecast").get(pk=waiting.pk)
@@ -337,3 +322,12 @@ def test_a_job_resuming_from_a_checkpoint_spends_the_restore_cost_of_its_walltim
     work = _work_left(snapshot, now=timezone.now())
     assert work[resumed.pk] == 1000 - 400 - settings.restore_cost
     assert work[fresh.pk] == 1000
+
+
+def test_the_queue_leaves_out_a_forecast_from_before_the_current_wait(owner, cluster, api_as):  # type: ignore[no-untyped-def]
+    _, waiting = _running_and_waiting(owner)
+    now = timezone.now()
+    start_forecasts_refresh(now=now)
+    Job.objects.filter(pk=waiting.pk).update(pending_since=now + timedelta(seconds=5))
+    (entry,) = api_as(owner).get("/api/v1/queue/").json()["pending"]
+    assert entry["estimated_start"] is None
