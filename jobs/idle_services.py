@@ -24,6 +24,7 @@ use), and an admin can keep a job from reaping for a while (`job_idle_keep`).
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -40,7 +41,7 @@ from scheduler.models import SchedulerConfig
 from scheduler.selectors import scheduler_config_get
 from scheduler.triggers import round_request_on_commit
 
-from .choices import TERMINAL_STATES, EventActor, JobState
+from .choices import EventActor, JobState
 from .models import Allocation, Job, JobEvent
 from .notifications import IDLE_WARNING, job_notify_request
 from .selectors import job_get_for_user
@@ -91,9 +92,13 @@ def jobs_idle_sweep(*, now: datetime) -> IdleSweep:
                 due[job_id] = job
         elif max(job.since, job.judged_from or job.since) <= now - window:
             candidates[job_id] = job
-    # A window with readings for less than half its minutes (an image pull, an agent that
-    # was down) is not judged: a few idle minutes are not an idle hour.
-    covered = _minutes_with_readings(list(candidates), since=now - window)
+    # A window or a grace with readings for less than half its minutes (an image pull, an
+    # agent that was down) is not judged: a few idle minutes are not an idle hour. A grace
+    # that cannot be judged lifts its warning (below).
+    covered = _minutes_with_readings(
+        {job_id: now - window for job_id in candidates}
+        | {job_id: job.warned_at for job_id, job in due.items() if job.warned_at is not None}
+    )
     candidates = {
         job_id: job
         for job_id, job in candidates.items()
@@ -121,6 +126,8 @@ def jobs_idle_sweep(*, now: datetime) -> IdleSweep:
         warned_at, mean = job.warned_at, use[job_id]
         if warned_at is None:  # `due` holds warned jobs only
             continue
+        if covered.get(job_id, 0) * 2 < config.idle_grace_minutes:
+            mean = None  # too few readings in the grace to judge it
         if mean is None or mean >= threshold:
             if _clear(job_id, mean=mean, warned_at=warned_at, now=now):
                 sweep.cleared.append(job_id)
@@ -159,17 +166,24 @@ def _running_jobs() -> dict[int, _Running]:
     return jobs
 
 
-def _minutes_with_readings(job_ids: list[int], *, since: datetime) -> dict[int, int]:
-    """Per job, the minutes since `since` with a per-job GPU reading (any of its GPUs)."""
-    if not job_ids:
-        return {}
-    return dict(
-        JobGpuMinute.objects.filter(job_id__in=job_ids, minute__gte=since)
-        .values("job_id")
-        .annotate(minutes=Count("minute", distinct=True))
-        .order_by()
-        .values_list("job_id", "minutes")
-    )
+def _minutes_with_readings(since: dict[int, datetime]) -> dict[int, int]:
+    """Per job, the minutes since `since[job]` with a per-job utilization reading (on any
+    of its GPUs). One query per distinct `since`."""
+    windows: dict[datetime, list[int]] = defaultdict(list)
+    for job_id, start in since.items():
+        windows[start].append(job_id)
+    counted: dict[int, int] = {}
+    for start, job_ids in windows.items():
+        counted.update(
+            JobGpuMinute.objects.filter(
+                job_id__in=job_ids, minute__gte=start, utilization_avg__isnull=False
+            )
+            .values("job_id")
+            .annotate(minutes=Count("minute", distinct=True))
+            .order_by()
+            .values_list("job_id", "minutes")
+        )
+    return counted
 
 
 def _clock(moment: datetime) -> str:
@@ -262,10 +276,15 @@ def job_idle_keep(*, job_id: int, by: User, hours: int) -> Job:
     if not 1 <= hours <= MAX_KEEP_HOURS:
         raise ValidationFailed({"hours": [f"Between 1 and {MAX_KEEP_HOURS} hours."]})
     job = job_get_for_user(user=by, job_id=job_id)
-    if job.state in TERMINAL_STATES:
-        raise IllegalTransition(f"Job {job.pk} already ended ({job.get_state_display()}).")
     until = timezone.now() + timedelta(hours=hours)
     with transaction.atomic():
+        # Checked under the row lock: a reap or a finish committing meanwhile is seen here,
+        # not kept-from-reaping after the fact.
+        state = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True)
+        if state.first() != JobState.RUNNING:
+            raise IllegalTransition(
+                f"Job {job.pk} is not running: only a running job can be kept from idle reaping."
+            )
         Job.objects.filter(pk=job.pk).update(idle_exempt_until=until, idle_warned_at=None)
         JobEvent.objects.create(
             job_id=job.pk,

@@ -113,6 +113,13 @@ class Job(models.Model):
             models.Index(fields=["state", "-finished_at"], name="job_finished"),
             # The queue page's waiting-time histogram reads jobs first started in a window.
             models.Index(fields=["first_started_at"], name="job_first_started"),
+            # The idle sweep lifts every warning while reaping is off, every minute: the few
+            # warned jobs, not a scan of the whole history.
+            models.Index(
+                fields=["idle_warned_at"],
+                name="job_idle_warned",
+                condition=Q(idle_warned_at__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

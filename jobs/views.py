@@ -250,7 +250,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
                 else None
             ),
             "idle_kept": job.idle_exempt_until
-            if job.idle_exempt_until and job.idle_exempt_until > now
+            if idle is not None and job.idle_exempt_until and job.idle_exempt_until > now
             else None,
             # How far past forecasts were off, to say how far to trust this one.
             "forecast_score": (start_forecast_score() if estimate and estimate.start_at else None),

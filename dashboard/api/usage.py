@@ -14,7 +14,7 @@ from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
 from ..forms import UsageRangeForm
-from ..selectors.usage import usage_report
+from ..selectors.usage import WaitStats, usage_report
 
 
 class UsageReportRowOutput(serializers.Serializer):
@@ -26,7 +26,7 @@ class UsageReportRowOutput(serializers.Serializer):
 
 
 class UsageWaitOutput(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["user", "group"])
+    kind = serializers.ChoiceField(choices=["user", "group", "all"])
     name = serializers.CharField()
     jobs_started = serializers.IntegerField(help_text="Jobs that first started in the range.")
     mean_wait_seconds = serializers.FloatField(
@@ -43,6 +43,9 @@ class UsageReportOutput(serializers.Serializer):
     device_types = serializers.ListField(child=serializers.CharField())
     rows = UsageReportRowOutput(many=True)
     waits = UsageWaitOutput(many=True)
+    all_waits = UsageWaitOutput(
+        allow_null=True, help_text='Every job that first started in the range (kind "all").'
+    )
     gpu_hours = serializers.FloatField(help_text="Total over every user.")
     normalized_gpu_hours = serializers.FloatField()
 
@@ -95,18 +98,23 @@ class UsageApi(APIView):
             "device_types": report.device_types,
             "rows": rows,
             "waits": [
-                {
-                    "kind": line.kind,
-                    "name": line.name,
-                    "jobs_started": line.waits.started,
-                    "mean_wait_seconds": line.waits.mean_seconds,
-                    "median_wait_seconds": line.waits.median_seconds,
-                    "p95_wait_seconds": line.waits.p95_seconds,
-                }
+                _wait_row(line.kind, line.name, line.waits)
                 for line in [*report.users, *report.groups]
                 if line.waits is not None
             ],
+            "all_waits": None if report.waits is None else _wait_row("all", "all", report.waits),
             "gpu_hours": report.total.gpu_hours,
             "normalized_gpu_hours": report.total.normalized_hours,
         }
         return Response(UsageReportOutput(data).data)
+
+
+def _wait_row(kind: str, name: str, waits: WaitStats) -> dict[str, object]:
+    return {
+        "kind": kind,
+        "name": name,
+        "jobs_started": waits.started,
+        "mean_wait_seconds": waits.mean_seconds,
+        "median_wait_seconds": waits.median_seconds,
+        "p95_wait_seconds": waits.p95_seconds,
+    }

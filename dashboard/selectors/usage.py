@@ -73,6 +73,12 @@ class UsageReport:
     total: UsageCell = UsageCell()
     waits: WaitStats | None = None  # every job that first started in the range
 
+    @property
+    def users_with_usage(self) -> int:
+        """Users who held GPUs in the range (the tables also list those who only started a
+        job whose hours are not aggregated yet)."""
+        return sum(1 for line in self.users if line.total.gpu_hours > 0)
+
 
 def _day_start(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))

@@ -291,6 +291,20 @@ def test_waits_per_user_and_group_of_the_jobs_that_started_in_the_range(  # type
     waits = {(row["kind"], row["name"]): row for row in api["waits"]}
     assert waits[("user", "alice")]["p95_wait_seconds"] == 300 * 60
     assert waits[("group", "vision")]["jobs_started"] == 6
+    assert api["all_waits"]["jobs_started"] == 8
+
+
+@pytest.mark.django_db
+def test_a_user_who_only_started_a_job_is_listed_but_not_counted_as_using_gpus(  # type: ignore[no-untyped-def]
+    owner, teammate, vision, types, lab_admin
+):
+    day = datetime(2026, 3, 10, 9, tzinfo=UTC)
+    used(owner, vision, types["a100"], at=day, hours=2)
+    started(teammate, vision, submitted=day, waited_minutes=15)  # hours not aggregated yet
+    response = logged_in(lab_admin).get("/usage/?start=2026-03-01&end=2026-03-31")
+    report = response.context["report"]
+    assert [line.name for line in report.users] == ["alice", "bob"]
+    assert report.users_with_usage == 1
 
 
 @pytest.mark.django_db

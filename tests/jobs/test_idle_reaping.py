@@ -319,6 +319,43 @@ def test_an_admins_keep_during_a_sweep_wins(owner, lab_admin, small_cluster, rea
 def test_a_job_that_ended_cannot_be_kept(owner, lab_admin, small_cluster, reaping):  # type: ignore[no-untyped-def]
     job = hold(owner, [device(small_cluster, "a0", 0)], state=JobState.SUCCEEDED)
     response = logged_in(lab_admin).post(f"/jobs/{job.pk}/keep/", {"hours": "24"}, follow=True)
-    assert "already ended" in response.content.decode()
+    assert "only a running job can be kept" in response.content.decode()
     job.refresh_from_db()
     assert job.idle_exempt_until is None
+
+
+def test_a_grace_mostly_without_readings_lifts_the_warning(owner, small_cluster, reaping):  # type: ignore[no-untyped-def]
+    # The agent went quiet for most of the grace: two idle minutes do not cancel a job.
+    gpu = device(small_cluster, "a0", 0)
+    now = timezone.now()
+    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
+    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    assert jobs_idle_sweep(now=now).warned == [job.pk]
+    used(job, gpu, 0.0, since=now + timedelta(minutes=28), minutes=2)
+    sweep = jobs_idle_sweep(now=now + timedelta(minutes=31))
+    assert (sweep.cleared, sweep.reaped) == ([job.pk], [])
+    assert any(message.startswith("Idle warning lifted") for message in _events(job))
+
+
+def test_minutes_without_a_utilization_reading_do_not_count_as_readings(  # type: ignore[no-untyped-def]
+    owner, small_cluster, reaping
+):
+    # NVML read the memory but not the utilization for 58 minutes: 2 idle minutes are all
+    # there is to judge, too few for a warning.
+    gpu = device(small_cluster, "a0", 0)
+    now = timezone.now()
+    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
+    used(job, gpu, 0.0, since=now - timedelta(minutes=60), minutes=2)
+    JobGpuMinute.objects.bulk_create(
+        JobGpuMinute(
+            job=job,
+            device=gpu,
+            minute=(now - timedelta(minutes=58)).replace(second=0, microsecond=0)
+            + timedelta(minutes=m),
+            samples=6,
+            utilization_avg=None,
+            memory_used_max_mb=1000,
+        )
+        for m in range(58)
+    )
+    assert jobs_idle_sweep(now=now).warned == []
