@@ -51,6 +51,15 @@ def used(job, gpu, pct: float, *, since, minutes: int) -> None:  # type: ignore[
     )
 
 
+def idle_for_90_minutes(owner, small_cluster):  # type: ignore[no-untyped-def]
+    """A job of `owner` on GPU a0/0 for 90 minutes at 0 %: (the job, its GPU, now)."""
+    gpu = device(small_cluster, "a0", 0)
+    now = timezone.now()
+    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
+    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    return job, gpu, now
+
+
 def _events(job) -> list[str]:  # type: ignore[no-untyped-def]
     return list(JobEvent.objects.filter(job=job).values_list("message", flat=True))
 
@@ -91,10 +100,7 @@ def test_an_idle_job_is_warned_then_cancelled_after_the_grace(  # type: ignore[n
 
 
 def test_a_warned_job_that_uses_its_gpus_again_is_not_cancelled(owner, small_cluster, reaping):  # type: ignore[no-untyped-def]
-    gpu = device(small_cluster, "a0", 0)
-    now = timezone.now()
-    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
-    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    job, gpu, now = idle_for_90_minutes(owner, small_cluster)
     jobs_idle_sweep(now=now)
     # Back at work after the warning, just over the threshold: 6 % for the whole grace.
     used(job, gpu, 6.0, since=now, minutes=33)
@@ -155,10 +161,7 @@ def test_reaping_is_off_unless_an_admin_switches_it_on(owner, small_cluster):  #
 def test_a_warning_belongs_to_its_run(owner, small_cluster, reaping):  # type: ignore[no-untyped-def]
     # Warned, then preempted and started again: the warning lapses with the run, and the
     # new run, idle for a whole window of its own, is warned (and reaped) afresh.
-    gpu = device(small_cluster, "a0", 0)
-    now = timezone.now()
-    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
-    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    job, gpu, now = idle_for_90_minutes(owner, small_cluster)
     assert jobs_idle_sweep(now=now).warned == [job.pk]
     job_preempt(job_id=job.pk, reason="a higher queue")
     assert Job.objects.get(pk=job.pk).idle_warned_at is None
@@ -218,10 +221,7 @@ def test_a_job_hovering_at_the_threshold_is_decided_once_at_the_deadline(  # typ
 def test_an_admin_keeps_a_job_from_reaping_and_a_student_may_not(  # type: ignore[no-untyped-def]
     owner, lab_admin, small_cluster, reaping
 ):
-    gpu = device(small_cluster, "a0", 0)
-    now = timezone.now()
-    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
-    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    job, gpu, now = idle_for_90_minutes(owner, small_cluster)
     jobs_idle_sweep(now=now)
 
     with pytest.raises(PermissionDenied):
@@ -240,10 +240,7 @@ def test_an_admin_keeps_a_job_from_reaping_and_a_student_may_not(  # type: ignor
 def test_the_pages_warn_the_owner_and_offer_admins_the_keep_button(  # type: ignore[no-untyped-def]
     owner, outsider, lab_admin, small_cluster, reaping
 ):
-    gpu = device(small_cluster, "a0", 0)
-    now = timezone.now()
-    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
-    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    job, _, now = idle_for_90_minutes(owner, small_cluster)
     jobs_idle_sweep(now=now)
     url = f"/jobs/{job.pk}/"
 
@@ -269,10 +266,7 @@ def test_the_pages_warn_the_owner_and_offer_admins_the_keep_button(  # type: ign
 
 
 def test_the_api_shows_the_warning_to_the_owner(owner, small_cluster, reaping, api_as):  # type: ignore[no-untyped-def]
-    gpu = device(small_cluster, "a0", 0)
-    now = timezone.now()
-    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
-    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    job, _, now = idle_for_90_minutes(owner, small_cluster)
     jobs_idle_sweep(now=now)
     data = api_as(owner).get(f"/api/v1/jobs/{job.pk}/").json()
     assert data["idle_warned_at"] is not None and data["idle_exempt_until"] is None
@@ -326,10 +320,7 @@ def test_a_job_that_ended_cannot_be_kept(owner, lab_admin, small_cluster, reapin
 
 def test_a_grace_mostly_without_readings_lifts_the_warning(owner, small_cluster, reaping):  # type: ignore[no-untyped-def]
     # The agent went quiet for most of the grace: two idle minutes do not cancel a job.
-    gpu = device(small_cluster, "a0", 0)
-    now = timezone.now()
-    job = hold(owner, [gpu], start=now - timedelta(minutes=90))
-    used(job, gpu, 0.0, since=now - timedelta(minutes=90), minutes=90)
+    job, gpu, now = idle_for_90_minutes(owner, small_cluster)
     assert jobs_idle_sweep(now=now).warned == [job.pk]
     used(job, gpu, 0.0, since=now + timedelta(minutes=28), minutes=2)
     sweep = jobs_idle_sweep(now=now + timedelta(minutes=31))

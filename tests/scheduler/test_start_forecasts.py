@@ -57,6 +57,17 @@ def _running_and_waiting(owner, *, running_walltime: int = 600) -> tuple[Job, Jo
     return running, waiting
 
 
+def _forecast_wait_behind_a_job_without_walltime(owner) -> float:  # type: ignore[no-untyped-def]
+    """Seconds from the start of a running 4-GPU job with no walltime to the forecast start
+    of the 4-GPU job waiting behind it: how long the forecast expects the first to run."""
+    first = _submit(owner)
+    scheduling_round_run()
+    second = _submit(owner)
+    scheduling_round_run()
+    start_forecasts_refresh(now=timezone.now())
+    return (StartForecast.objects.get(job=second).start_at - _run_start(first)).total_seconds()
+
+
 @pytest.fixture
 def cluster() -> None:
     # One queue so large that no job here is demoted: a waiting job starts when the
@@ -92,22 +103,12 @@ def test_without_a_walltime_a_job_runs_as_long_as_its_owners_recent_jobs(  # typ
         JobFactory(owner=owner, state=JobState.SUCCEEDED, total_run_seconds=1200.0)
     for _ in range(7):
         JobFactory(owner=outsider, state=JobState.SUCCEEDED, total_run_seconds=300.0)
-    first = _submit(owner)
-    scheduling_round_run()
-    second = _submit(owner)
-    scheduling_round_run()
-    start_forecasts_refresh(now=timezone.now())
-    wait = (StartForecast.objects.get(job=second).start_at - _run_start(first)).total_seconds()
+    wait = _forecast_wait_behind_a_job_without_walltime(owner)
     assert abs(wait - 1200) < 1
 
 
 def test_with_no_history_a_job_runs_an_hour(owner, cluster):  # type: ignore[no-untyped-def]
-    first = _submit(owner)
-    scheduling_round_run()
-    second = _submit(owner)
-    scheduling_round_run()
-    start_forecasts_refresh(now=timezone.now())
-    wait = (StartForecast.objects.get(job=second).start_at - _run_start(first)).total_seconds()
+    wait = _forecast_wait_behind_a_job_without_walltime(owner)
     assert abs(wait - DEFAULT_RUN_SECONDS) < 1
 
 
