@@ -33,6 +33,7 @@ from .render import (
     duration,
     job_status_line,
     log_new_part,
+    parse_time,
     since,
     start_estimate,
     table,
@@ -227,7 +228,11 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         states = list(ACTIVE_STATES)
     if args.array is not None and not args.state:
         states = []  # an array's tasks, whatever their state
+    if args.start:
+        states = ["PENDING"]  # Slurm's squeue --start: pending jobs, soonest first
     jobs = list(client.jobs(states=states, owner=args.owner, array=args.array, limit=args.limit))
+    if args.start:
+        jobs.sort(key=_expected_start_key)
     if args.json:
         json.dump(jobs, out, indent=2)
         print(file=out)
@@ -238,7 +243,15 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     now = _now()
     rows = []
     for job in jobs:
-        if job["state"] == "PENDING":
+        if args.start:
+            estimate = start_estimate(job, now) or ""
+            # "in about 35m00s": the likely range is for `show`, the table keeps one column.
+            time_column = (
+                estimate.removeprefix("starts ").split(" (")[0]
+                if estimate.startswith("starts ")
+                else "-"
+            )
+        elif job["state"] == "PENDING":
             time_column = since(job["submitted_at"], now)
         elif job["state"] in TERMINAL_STATES:
             time_column = since(job["finished_at"], now) + " ago"
@@ -256,12 +269,20 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
             job["reason"],
         ]
         rows.append([shown(cell) for cell in cells])
-    headers = ["ID", "NAME", "OWNER", "STATE", "GPUS", "TYPES", "POS", "TIME", "REASON"]
+    time_header = "START" if args.start else "TIME"
+    headers = ["ID", "NAME", "OWNER", "STATE", "GPUS", "TYPES", "POS", time_header, "REASON"]
     width = _columns() if out.isatty() else 0
     print(table(headers, rows, width=width), file=out)
     if client.jobs_total > len(jobs):
         print(f"{len(jobs)} of {client.jobs_total} shown (--limit).", file=sys.stderr)
     return 0
+
+
+def _expected_start_key(job: dict) -> tuple[bool, float, bool, int]:
+    """Soonest expected start first; jobs without an estimate last, by queue position."""
+    at = parse_time((job.get("estimated_start") or {}).get("at"))
+    position = job.get("queue_position")
+    return (at is None, at.timestamp() if at else 0.0, position is None, position or 0)
 
 
 def _columns() -> int:
@@ -552,6 +573,11 @@ def parser_build() -> argparse.ArgumentParser:
     jobs.add_argument("--array", type=int, help="This array's tasks, in any state, by index.")
     jobs.add_argument("--limit", type=_positive, default=50, help="At most this many (default 50).")
     jobs.add_argument("--json", action="store_true", help="As the API's JSON.")
+    jobs.add_argument(
+        "--start",
+        action="store_true",
+        help="Pending jobs with their estimated start, soonest first (squeue --start).",
+    )
     jobs.set_defaults(handler=cmd_jobs)
 
     show = add_parser("show", help="A job's details and history.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from cli.__main__ import main, watch
 from cli.client import Client
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
+from scheduler.models import StartForecast
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -150,6 +152,32 @@ def test_jobs_lists_only_the_callers_own_and_an_admin_sees_all(
     assert {str(mine.pk), str(theirs.pk)} <= {
         line.split()[0] for line in admin_view.splitlines()[1:]
     }
+
+
+def test_jobs_start_lists_pending_jobs_soonest_first_with_their_estimate(
+    owner, outsider, as_user
+) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    later = JobFactory(owner=owner, name="later", queue_position=1)
+    sooner = JobFactory(owner=owner, name="sooner", queue_position=2)
+    unknown = JobFactory(owner=owner, name="unknown", queue_position=3)
+    JobFactory(owner=owner, name="running", state=JobState.RUNNING)
+    JobFactory(owner=outsider, name="theirs")
+    for job, minutes in ((later, 90), (sooner, 20)):
+        StartForecast.objects.create(
+            job=job, made_at=now, start_at=now + timedelta(minutes=minutes, seconds=30)
+        )
+    StartForecast.objects.create(job=unknown, made_at=now, note="no estimate: held")
+
+    status, out = as_user(owner)("jobs", "--start")
+
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split()[7] == "START"
+    names = [line.split()[1] for line in lines[1:]]
+    assert names == ["sooner", "later", "unknown"]
+    assert "in about 20m" in lines[1] and "in about 1h30m" in lines[2]
+    assert lines[3].split()[7] == "-"
 
 
 def test_a_student_cannot_cancel_or_read_another_students_job(
