@@ -47,6 +47,7 @@ from .services import (
     reason_fit,
     ssh_dispatch_enabled,
 )
+from .webhooks import node_event_notify
 
 logger = logging.getLogger(__name__)
 
@@ -428,6 +429,7 @@ def _hardware_fault_record(node: Node, fault: str) -> None:
         logger.warning("Draining node %s: %s", node.name, fault)
         # node_drain writes FAULT_REASON_PREFIX itself (no actor) and would cut the end.
         node_drain(node_id=node.pk, reason=_with_fault("", fault).removeprefix(FAULT_REASON_PREFIX))
+        node_event_notify(event="node_drained", node=node.name, reason=fault)
         return
     if state == NodeState.DOWN and return_state:
         before = node_reason_on_return(state_reason=reason, return_state=return_state)
@@ -461,7 +463,10 @@ def agent_heartbeat_refused(
     with transaction.atomic():
         _reconcile_on_commit(node, node_heartbeat_seen(node_id=node.pk, now=now))
         if conflict:
-            node_drain(node_id=node.pk, reason=conflict)
+            state = node.state
+            drained = node_drain(node_id=node.pk, reason=conflict)
+            if drained.state != state and state in {NodeState.UP, NodeState.SUSPECT}:
+                node_event_notify(event="node_drained", node=node.name, reason=conflict)
 
 
 def _reconcile_on_commit(node: Node, needs_reconcile: bool) -> None:

@@ -57,6 +57,7 @@ from .selectors import (
     node_of_attempt,
 )
 from .ssh import CommandTimedOut, HostKeyRefused, NodeSession, NodeUnreachable, SshBudget, node_ssh
+from .webhooks import node_event_notify
 
 logger = logging.getLogger(__name__)
 
@@ -1173,6 +1174,7 @@ def _node_take_down(
         silent_since=silent_since,
     ):
         taken = True
+        node_event_notify(event="node_down", node=node.name, reason=reason)
     else:
         return False
     cause = reason[:1].lower() + reason[1:].rstrip(".")
@@ -1270,6 +1272,9 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
         back_to = node.return_state or NodeState.UP
         reason = node_reason_on_return(state_reason=node.state_reason, return_state=back_to)
         _node_set_state(node_id=node_id, to_state=back_to, reason=reason)
+        # "UP", or "DRAINED: <why>" for a node drained through its outage.
+        back = str(back_to).upper() + (f": {reason}" if reason else "")
+        node_event_notify(event="node_back", node=node.name, reason=back)
     return stale
 
 

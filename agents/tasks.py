@@ -42,6 +42,7 @@ from .services import (
 )
 from .simulated import simulated_heartbeats
 from .ssh import CommandTimedOut, HostKeyRefused, NodeUnreachable, SshMisconfigured
+from .webhooks import WebhookRefused, webhook_post
 
 logger = logging.getLogger(__name__)
 
@@ -269,3 +270,16 @@ def metrics_rollup_task() -> dict[str, int]:
 @shared_task(name="agents.simulated_heartbeats", time_limit=60)
 def simulated_heartbeats_task() -> int:
     return simulated_heartbeats()
+
+
+@shared_task(bind=True, name="agents.webhook_post", max_retries=3, time_limit=30)
+def webhook_post_task(self, payload: dict) -> bool:  # type: ignore[no-untyped-def]
+    """Post a node event to the admins' webhook; retried a minute apart, then dropped."""
+    try:
+        webhook_post(payload)
+    except WebhookRefused as exc:
+        if self.request.retries >= self.max_retries:
+            logger.warning("Webhook about node %s dropped: %s", payload.get("node"), exc)
+            return False
+        raise self.retry(countdown=60, exc=exc) from exc
+    return True

@@ -115,3 +115,9 @@ def test_production_refuses_the_example_or_a_short_secret_key(key):
     result = _import_settings("config.settings.production", DJANGO_SECRET_KEY=key)
     assert result.returncode != 0
     assert "at least 50 characters" in result.stderr
+
+
+def test_a_webhook_url_that_is_not_http_stops_startup():
+    result = _import_settings("config.settings.base", GPULAB_ADMIN_WEBHOOK_URL="file:///etc/passwd")
+    assert result.returncode != 0
+    assert "GPULAB_ADMIN_WEBHOOK_URL must be an http(s) URL" in result.stderr

@@ -273,6 +273,11 @@ else:
 DEFAULT_FROM_EMAIL = env.str("GPULAB_EMAIL_FROM", default="gpulab@localhost")
 # The address people open gpulab at, for links in mail ("" = no link).
 GPULAB_SITE_URL = env.str("GPULAB_SITE_URL", default="")
+# Node events (down, back, drained for a GPU fault) posted as JSON to this incoming
+# webhook (Slack, Mattermost, or any receiver); empty = none (agents/webhooks.py).
+GPULAB_ADMIN_WEBHOOK_URL = env.str("GPULAB_ADMIN_WEBHOOK_URL", default="")
+if GPULAB_ADMIN_WEBHOOK_URL and not GPULAB_ADMIN_WEBHOOK_URL.startswith(("https://", "http://")):
+    raise ImproperlyConfigured("GPULAB_ADMIN_WEBHOOK_URL must be an http(s) URL.")
 
 GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="celery")
 if GPULAB_SCHEDULER_MODE not in {"celery", "embedded", "off"}:
