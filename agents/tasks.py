@@ -281,5 +281,5 @@ def webhook_post_task(self, payload: dict) -> bool:  # type: ignore[no-untyped-d
         if self.request.retries >= self.max_retries:
             logger.warning("Webhook about node %s dropped: %s", payload.get("node"), exc)
             return False
-        raise self.retry(countdown=60, exc=exc) from exc
+        raise self.retry(countdown=60, exc=exc) from None
     return True

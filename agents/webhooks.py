@@ -77,8 +77,10 @@ def _request_send(payload: dict[str, Any]) -> None:
             webhook_post_task.delay(payload)
         else:
             webhook_post(payload)
-    except Exception:
-        logger.exception("Webhook about %s not sent", payload.get("node"))
+    except Exception as exc:
+        # The message only, never a traceback: the URL's path is the webhook's secret, and
+        # a connection error's traceback quotes it.
+        logger.warning("Webhook about node %s not sent: %s", payload.get("node"), exc)
 
 
 def webhook_post(payload: dict[str, Any]) -> None:
@@ -93,6 +95,8 @@ def webhook_post(payload: dict[str, Any]) -> None:
             url, json=payload, timeout=POST_TIMEOUT_SECONDS, allow_redirects=False
         )
     except requests.RequestException as exc:
-        raise WebhookRefused(f"webhook unreachable: {exc.__class__.__name__}") from exc
+        # `from None`: the requests error quotes the URL, whose path is the secret; chained,
+        # it would reach the logs and the Celery result backend with every retry.
+        raise WebhookRefused(f"webhook unreachable: {exc.__class__.__name__}") from None
     if response.status_code >= 300:
         raise WebhookRefused(f"webhook answered {response.status_code}")

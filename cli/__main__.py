@@ -43,6 +43,7 @@ from .render import (
 ACTIVE_STATES = ("PENDING", "STARTING", "RUNNING", "PREEMPTING", "LOST")
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 POLL_SECONDS = 2.0
+START_READ_LIMIT = 2000  # pending jobs `jobs --start` reads to find the soonest
 
 
 def config_path() -> Path:
@@ -230,9 +231,17 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         states = []  # an array's tasks, whatever their state
     if args.start:
         states = ["PENDING"]  # Slurm's squeue --start: pending jobs, soonest first
-    jobs = list(client.jobs(states=states, owner=args.owner, array=args.array, limit=args.limit))
+    # The API lists newest first, and the soonest to start are mostly the oldest: --start
+    # reads them all (up to START_READ_LIMIT), sorts, then keeps --limit.
+    read_limit = START_READ_LIMIT if args.start else args.limit
+    jobs = list(client.jobs(states=states, owner=args.owner, array=args.array, limit=read_limit))
     if args.start:
-        jobs.sort(key=_expected_start_key)
+        if client.jobs_total > len(jobs):
+            print(
+                f"Only the newest {len(jobs)} of {client.jobs_total} pending jobs were read.",
+                file=sys.stderr,
+            )
+        jobs = sorted(jobs, key=_expected_start_key)[: args.limit]
     if args.json:
         json.dump(jobs, out, indent=2)
         print(file=out)

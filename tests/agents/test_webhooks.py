@@ -154,3 +154,20 @@ def test_a_node_back_from_down_is_posted(  # type: ignore[no-untyped-def]
         node_return_reconcile(node_id=ssh_node.pk, grace_seconds=1)
     assert receiver.events() == [("node_down", ssh_node.name), ("node_back", ssh_node.name)]
     assert receiver.received[1]["reason"] == "UP"
+
+
+def test_a_failed_post_never_logs_the_webhooks_secret(db, settings, caplog):  # type: ignore[no-untyped-def]
+    # Slack's and Mattermost's webhook URLs carry their secret in the path.
+    gone = Receiver()
+    gone.server.shutdown()
+    gone.server.server_close()
+    settings.GPULAB_ADMIN_WEBHOOK_URL = gone.url.replace("/hooks/lab", "/services/T0/B0/SECRET")
+    settings.GPULAB_SCHEDULER_MODE = "embedded"  # posted inline, logged here
+    from agents.webhooks import _request_send
+
+    _request_send({"node": "gpu-1", "text": "x"})
+    assert "not sent: webhook unreachable: ConnectionError" in caplog.text
+    assert "SECRET" not in caplog.text
+    with pytest.raises(WebhookRefused) as refused:
+        webhook_post({"text": "x"})
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__

@@ -180,6 +180,21 @@ def test_jobs_start_lists_pending_jobs_soonest_first_with_their_estimate(
     assert lines[3].split()[7] == "-"
 
 
+def test_jobs_start_finds_the_soonest_beyond_the_newest_page(owner, as_user, capsys) -> None:  # type: ignore[no-untyped-def]
+    # 60 pending jobs, the oldest first in line and soonest to start: the API lists them
+    # newest first, 50 to a page, and --start must still put the oldest first.
+    now = timezone.now()
+    jobs = [JobFactory(owner=owner, name=f"j{n:02d}", queue_position=n + 1) for n in range(60)]
+    StartForecast.objects.bulk_create(
+        StartForecast(job=job, made_at=now, start_at=now + timedelta(minutes=10 * (n + 1)))
+        for n, job in enumerate(jobs)
+    )
+    status, out = as_user(owner)("jobs", "--start", "--limit", "5")
+    assert status == 0
+    assert [line.split()[1] for line in out.splitlines()[1:]] == ["j00", "j01", "j02", "j03", "j04"]
+    assert "5 of 60 shown (--limit)." in capsys.readouterr().err
+
+
 def test_a_student_cannot_cancel_or_read_another_students_job(
     owner, outsider, as_user, capsys
 ) -> None:  # type: ignore[no-untyped-def]
