@@ -87,13 +87,9 @@ class RetriesField(serializers.JSONField):
     pass
 
 
+# An array's size and its cap on running tasks: both 1 to MAX_ARRAY_SIZE.
 @extend_schema_field({"type": "integer", "minimum": 1, "maximum": validation.MAX_ARRAY_SIZE})
-class ArraySizeField(serializers.JSONField):
-    pass
-
-
-@extend_schema_field({"type": "integer", "minimum": 1, "maximum": validation.MAX_ARRAY_SIZE})
-class ArrayCapField(serializers.JSONField):
+class ArrayCountField(serializers.JSONField):
     pass
 
 
@@ -169,14 +165,14 @@ class JobSubmitInput(serializers.Serializer):
         help_text="Email the owner (their account's address): end, fail (only if it fails), "
         "all (when it starts and when it ends), or empty for never (Slurm's --mail-type).",
     )
-    array_size = ArraySizeField(
+    array_size = ArrayCountField(
         required=False,
         default=None,
         allow_null=True,
         help_text="Submit this many tasks of the job (Slurm's --array): task i runs with "
         "GPULAB_ARRAY_INDEX=i (and GPULAB_ARRAY_ID, GPULAB_ARRAY_SIZE). The answer is task 0.",
     )
-    array_max_running = ArrayCapField(
+    array_max_running = ArrayCountField(
         required=False,
         default=None,
         allow_null=True,
