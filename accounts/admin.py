@@ -185,14 +185,17 @@ class UserAdmin(DjangoUserAdmin):
 
 @admin.register(LabGroup)
 class LabGroupAdmin(admin.ModelAdmin):
-    list_display = ["name", "weight", "max_gpus", "max_running_jobs", "max_pending_jobs"]
+    list_display = [
+        "name", "weight", "guaranteed_gpus", "max_gpus", "max_running_jobs", "max_pending_jobs"
+    ]  # fmt: skip
     search_fields = ["name", "description"]
     filter_horizontal = ["members"]
     inlines = [GroupDeviceTypeQuotaInline]
     # Weights and limits change only on the audited quota editor (/manage/quotas/); usage
     # only as jobs give their GPUs back (the scheduler's fair share is computed from it).
     readonly_fields = [
-        "weight", "max_gpus", "max_running_jobs", "max_pending_jobs", "usage", "usage_updated_at",
+        "weight", "guaranteed_gpus", "max_gpus", "max_running_jobs", "max_pending_jobs", "usage",
+        "usage_updated_at",
     ]  # fmt: skip
 
     def delete_model(self, request: HttpRequest, obj: LabGroup) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractUser, UserManager
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from .choices import Role
@@ -37,11 +37,26 @@ class LabGroup(QuotaFields):
     name = models.SlugField(max_length=64, unique=True)
     description = models.CharField(max_length=200, blank=True)
     members = models.ManyToManyField("accounts.User", related_name="lab_groups", blank=True)
+    # Kueue's nominal quota: GPUs the group gets back, by preempting jobs that borrow beyond
+    # their own group's guarantee, whenever its jobs need them (scheduler/policies/
+    # guarantees.py). `max_gpus` stays the hard cap, so max_gpus - guaranteed_gpus is what
+    # the group may borrow. NULL: no guarantee; everything the group runs is borrowed.
+    guaranteed_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPUs the group can always get back (preempting borrowed ones).",
+    )
 
     class Meta:
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(weight__gt=0), name="labgroup_weight_positive"),
+            models.CheckConstraint(
+                condition=Q(guaranteed_gpus__isnull=True)
+                | Q(max_gpus__isnull=True)
+                | Q(guaranteed_gpus__lte=F("max_gpus")),
+                name="labgroup_guarantee_within_cap",
+            ),
         ]
 
     def __str__(self) -> str:

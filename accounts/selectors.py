@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from dataclasses import dataclass
+
+from django.db.models import Q, QuerySet, Sum
+
+from cluster.models import Device
 
 from .models import ApiToken, AuditEntry, LabGroup, User
-from .services import QUOTA_FIELDS
+from .services import GROUP_QUOTA_FIELDS
 
 
 def api_token_list(*, user: User) -> QuerySet[ApiToken]:
@@ -30,7 +34,20 @@ def quota_audit_history(*, account: User | LabGroup) -> QuerySet[AuditEntry]:
     kind = kinds.USER if isinstance(account, User) else kinds.GROUP
     return AuditEntry.objects.filter(
         # A GPU type's own cap is the field "max_gpus[<type>]" (services.type_quota_field).
-        Q(field__in=QUOTA_FIELDS) | Q(field__startswith="max_gpus["),
+        Q(field__in=GROUP_QUOTA_FIELDS) | Q(field__startswith="max_gpus["),
         target_kind=kind,
         target_id=account.pk,
     )
+
+
+@dataclass(frozen=True)
+class GuaranteesSummary:
+    total: int  # the groups' guaranteed GPUs added up
+    gpus: int  # GPUs in the cluster (not retired; drained and cordoned ones too)
+
+
+def guarantees_summary() -> GuaranteesSummary:
+    """How much of the cluster the groups' guarantees promise: more than it has is allowed
+    (nodes come and go) but means not every group can get its whole guarantee at once."""
+    total = LabGroup.objects.aggregate(total=Sum("guaranteed_gpus"))["total"] or 0
+    return GuaranteesSummary(total=total, gpus=Device.objects.count())

@@ -300,6 +300,8 @@ def lab_group_members_set(
 
 QUOTA_FIELDS = ("weight", "max_gpus", "max_running_jobs", "max_pending_jobs")
 QUOTA_LIMIT_FIELDS = ("max_gpus", "max_running_jobs", "max_pending_jobs")
+# Only a group has a guarantee (Kueue's nominal quota belongs to a ClusterQueue, not a user).
+GROUP_QUOTA_FIELDS = (*QUOTA_FIELDS, "guaranteed_gpus")
 # PositiveIntegerField on PostgreSQL is a 4-byte integer: larger values would fail at the
 # INSERT as a 500, so they are refused here with the field named.
 _LIMIT_MAX = 2_147_483_647
@@ -364,7 +366,9 @@ def type_quota_field(device_type_name: str) -> str:
     return f"max_gpus[{device_type_name}]"
 
 
-def _quota_values_validate(changes: Mapping[str, Any]) -> dict[str, Any]:
+def _quota_values_validate(
+    changes: Mapping[str, Any], fields: tuple[str, ...] = QUOTA_FIELDS
+) -> dict[str, Any]:
     """Check every proposed quota value; raise ValidationFailed naming each bad field."""
     errors: dict[str, list[str]] = {}
     clean: dict[str, Any] = {}
@@ -379,9 +383,9 @@ def _quota_values_validate(changes: Mapping[str, Any]) -> dict[str, Any]:
     for field, value in changes.items():
         if field in type_fields and type_fields[field] not in known_types:
             errors[field] = [f"No GPU type is named {type_fields[field]!r}."]
-        elif field not in QUOTA_FIELDS and field not in type_fields:
+        elif field not in fields and field not in type_fields:
             errors[field] = [
-                f"Unknown field; choose from: {', '.join(QUOTA_FIELDS)}, "
+                f"Unknown field; choose from: {', '.join(fields)}, "
                 "or max_gpus[<GPU type>] for one type's cap."
             ]
         elif field == "weight":
@@ -414,10 +418,11 @@ def _quota_update(
     pk: int,
     kind: AuditEntry.TargetKind,
     changes: Mapping[str, Any],
+    fields: tuple[str, ...] = QUOTA_FIELDS,
 ) -> list[AuditEntry]:
     if not actor.is_lab_admin:
         raise PermissionDenied("Only lab admins change quotas and weights.")
-    values = _quota_values_validate(changes)
+    values = _quota_values_validate(changes, fields)
     with transaction.atomic():
         # FOR NO KEY UPDATE, as jobs.services does for these rows: it serializes two admins
         # editing at once without blocking job inserts that reference the row.
@@ -431,7 +436,7 @@ def _quota_update(
                 "id", "device_type__name", "max_gpus"
             )
         }
-        current = {field: getattr(account, field) for field in QUOTA_FIELDS}
+        current = {field: getattr(account, field) for field in fields}
         current.update((field, cap) for field, (_, cap) in type_caps.items())
         changed = {
             field: (current.get(field), value)
@@ -440,7 +445,8 @@ def _quota_update(
         }
         if not changed:
             return []
-        plain = [field for field in changed if field in QUOTA_FIELDS]
+        _guarantee_check({**current, **values})
+        plain = [field for field in changed if field in fields]
         for field in plain:
             setattr(account, field, changed[field][1])
         if plain:
@@ -449,6 +455,20 @@ def _quota_update(
         name = account.username if isinstance(account, User) else account.name
         return audit_entries_write(
             actor=actor, target_kind=kind, target_name=name, target_id=account.pk, changes=changed
+        )
+
+
+def _guarantee_check(values: Mapping[str, Any]) -> None:
+    """A guarantee above the group's own cap could never be used: refuse it, naming the
+    field (the database's CHECK constraint would otherwise answer with a 500)."""
+    guaranteed, cap = values.get("guaranteed_gpus"), values.get("max_gpus")
+    if guaranteed is not None and cap is not None and guaranteed > cap:
+        raise ValidationFailed(
+            {
+                "guaranteed_gpus": [
+                    f"The guarantee ({guaranteed}) cannot exceed the group's max GPUs ({cap})."
+                ]
+            }
         )
 
 
@@ -491,7 +511,14 @@ def user_quota_update(*, actor: User, user_id: int, changes: Mapping[str, Any]) 
 def group_quota_update(
     *, actor: User, group_id: int, changes: Mapping[str, Any]
 ) -> list[AuditEntry]:
-    """Change a lab group's fair-share weight and limits; same rules as `user_quota_update`."""
+    """Change a lab group's fair-share weight, limits and guarantee; the rules of
+    `user_quota_update`, plus `guaranteed_gpus` (None: no guarantee), which may not exceed
+    the group's `max_gpus` as it stands after the change."""
     return _quota_update(
-        actor=actor, model=LabGroup, pk=group_id, kind=AuditEntry.TargetKind.GROUP, changes=changes
+        actor=actor,
+        model=LabGroup,
+        pk=group_id,
+        kind=AuditEntry.TargetKind.GROUP,
+        changes=changes,
+        fields=GROUP_QUOTA_FIELDS,
     )

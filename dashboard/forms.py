@@ -44,9 +44,23 @@ class QuotaForm(forms.Form):
         required=False, min_value=0, help_text="Empty = no limit."
     )
 
-    def __init__(self, *args: Any, type_names: Sequence[str] = (), **kwargs: Any) -> None:
-        """One more input per GPU type in `type_names`: that type's own cap."""
+    def __init__(
+        self, *args: Any, type_names: Sequence[str] = (), group: bool = False, **kwargs: Any
+    ) -> None:
+        """One more input per GPU type in `type_names`: that type's own cap; a group's form
+        also has its guarantee."""
         super().__init__(*args, **kwargs)
+        if group:
+            self.fields["guaranteed_gpus"] = forms.IntegerField(
+                required=False,
+                min_value=0,
+                label="Guaranteed GPUs",
+                help_text=(
+                    "GPUs the group always gets back when its jobs need them, by preempting "
+                    "jobs that borrow beyond their own group's guarantee; at most Max GPUs. "
+                    "Empty = no guarantee."
+                ),
+            )
         for type_name in type_names:
             self.fields[type_quota_field(type_name)] = forms.IntegerField(
                 required=False,

@@ -517,10 +517,11 @@ def _accounts(
     ).values_list(quota_fk, "device_type__name", "max_gpus"):
         per_type[owner_id].append((type_name, max_gpus))
     accounts = []
-    for row in model.objects.filter(pk__in=ids).values(
-        "id", name_field, "weight", "usage", "usage_updated_at",
-        "max_gpus", "max_running_jobs", "max_pending_jobs",
-    ):  # fmt: skip
+    columns = ["id", name_field, "weight", "usage", "usage_updated_at"]
+    columns += ["max_gpus", "max_running_jobs", "max_pending_jobs"]
+    if model is LabGroup:
+        columns.append("guaranteed_gpus")
+    for row in model.objects.filter(pk__in=ids).values(*columns):
         updated = row["usage_updated_at"]
         elapsed = max(now_s - updated.timestamp(), 0.0) if updated else 0.0
         usage = decay_usage(row["usage"], elapsed, half_life) + live_usage.get(row["id"], 0.0)
@@ -535,6 +536,7 @@ def _accounts(
                     max_pending_jobs=row["max_pending_jobs"],
                     max_gpus_by_type=tuple(sorted(per_type.get(row["id"], ()))),
                 ),
+                guaranteed_gpus=row.get("guaranteed_gpus") or 0,
             )
         )
     return tuple(sorted(accounts, key=lambda account: account.name))

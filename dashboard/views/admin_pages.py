@@ -22,8 +22,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts.models import AuditEntry, LabGroup, User
-from accounts.selectors import quota_audit_history
+from accounts.selectors import guarantees_summary, quota_audit_history
 from accounts.services import (
+    GROUP_QUOTA_FIELDS,
     QUOTA_FIELDS,
     group_quota_update,
     type_quota_field,
@@ -106,6 +107,7 @@ def quota_list_page(request: HttpRequest) -> HttpResponse:
             "users": users,
             "groups_pager": _pager_links(request, groups, "groups_page"),
             "users_pager": _pager_links(request, users, "users_page"),
+            "guarantees": guarantees_summary(),
         },
     )
 
@@ -119,7 +121,9 @@ def _quota_edit(
     update: Callable[[dict[str, Any]], list[AuditEntry]],
 ) -> HttpResponse:
     type_names = list(DeviceType.objects.order_by("name").values_list("name", flat=True))
-    initial: dict[str, Any] = {field: getattr(account, field) for field in QUOTA_FIELDS}
+    is_group = isinstance(account, LabGroup)
+    fields = GROUP_QUOTA_FIELDS if is_group else QUOTA_FIELDS
+    initial: dict[str, Any] = {field: getattr(account, field) for field in fields}
     initial.update(
         (type_quota_field(type_name), cap)
         for type_name, cap in account.type_quotas.values_list("device_type__name", "max_gpus")
@@ -128,6 +132,7 @@ def _quota_edit(
         request.POST if request.method == "POST" else None,
         initial=initial,
         type_names=type_names,
+        group=is_group,
     )
     status = 200
     if request.method == "POST":

@@ -84,6 +84,9 @@ class Account:
     weight: float = 1.0
     usage: float = 0.0  # decayed normalized GPU-seconds (half-life is a setting of the accounting)
     quota: Quota = Quota()
+    # Groups only: GPUs the group gets back by preempting jobs that borrow beyond their own
+    # group's guarantee (Kueue's nominal quota; scheduler/policies/guarantees.py). 0 = none.
+    guaranteed_gpus: int = 0
 
 
 @dataclass(frozen=True, slots=True)

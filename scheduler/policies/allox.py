@@ -684,21 +684,26 @@ _CAPACITY_CODES = frozenset(
 )
 
 
-def allox_rematch(snapshot: Snapshot, decisions: Decisions) -> Decisions:
+def allox_rematch(
+    snapshot: Snapshot, decisions: Decisions, *, keep: frozenset[int] = frozenset()
+) -> Decisions:
     """The AlloX steps after the pass: the window step, then moves (`migrate`).
 
-    What `las` and `gittins` run after `run_pass` when placement is ALLOX.
+    What `las` and `gittins` run after `run_pass` when placement is ALLOX. The starts of
+    the jobs in `keep` (inside their group's guarantee) keep the pass's placement.
     """
     if snapshot.settings.placement is not PlacementKind.ALLOX:
         return decisions
     if WINDOW_STEP:
-        decisions = window_step(snapshot, decisions)
+        decisions = window_step(snapshot, decisions, keep=keep)
     if MIGRATION:
         decisions = migrate(snapshot, decisions)
     return decisions
 
 
-def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
+def window_step(
+    snapshot: Snapshot, decisions: Decisions, *, keep: frozenset[int] = frozenset()
+) -> Decisions:
     """Re-place a pass's starts over a window of jobs held only for lack of capacity.
 
     Steps:
@@ -727,11 +732,13 @@ def window_step(snapshot: Snapshot, decisions: Decisions) -> Decisions:
         if PATIENCE_THRESHOLDS is not None and snapshot.settings.queue_thresholds
         else math.inf
     )
+    # (c) a start inside its group's guarantee (`keep`): AlloX may not hand it to others.
     pinned = [
         start
         for start in decisions.starts
         if victim_devices.intersection(start.device_ids)
         or jobs[start.job_id].waiting_since_promotion >= patience
+        or start.job_id in keep
     ]
     pinned_devices = {d for start in pinned for d in start.device_ids}
     pinned_ids = {start.job_id for start in pinned}

@@ -31,6 +31,13 @@ from scheduler.policies.allox import (
 )
 from scheduler.policies.base import run_pass
 from scheduler.policies.fairness import fair_share_order, normalized_usage
+from scheduler.policies.guarantees import (
+    COVERED_CLASS,
+    covered_first,
+    guarantee_cover,
+    next_reclaim,
+    reclaim_reason,
+)
 from scheduler.policies.placement import (
     FreeCounts,
     candidate_types,
@@ -360,9 +367,12 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
        narrows each waiting job to the device types where it does the most for the queue.
     1. Queue levels after demotion and promotion (`tiresias_queues`).
     2. Priority order (`tiresias_order`).
+    2b. Jobs inside their group's guarantee first (`guarantees.guarantee_cover`).
     3. The pass. Tiresias lets a job preempt any job of a lower queue at once; gpulab adds
        churn control (`preemption_classes`: patience and a queue margin; `max_victims`)
        and the starvation guard (`starving_jobs`: no victim limit, widest victims first).
+       A covered running job is nobody's victim; a covered waiting job reclaims its
+       group's guarantee from uncovered running jobs at once, like a starving job.
     4. With AlloX placement, `allox_rematch`: AlloX chooses among a window of waiting jobs
        who gets the free devices, and moves running jobs to faster free devices. Then,
        while the gate is active, `evict_inefficient`: a waiting job takes the device of a
@@ -373,18 +383,26 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     5. The starvation guard's reservation (`reserve_for_starving`) for the first starving
        job the pass held for lack of room.
     6. Hold reasons name the gate where it narrowed a job's types (`explain_narrowing`).
-    7. `wake_at`: when a held job's patience or starvation clock runs out.
+    7. `wake_at`: when a held job's patience or starvation clock runs out, or a held
+       covered job's possible victim leaves its minimum runtime.
     """
     original = snapshot
     gate = efficiency_gate(snapshot)
     snapshot = gate.snapshot
     queues = tiresias_queues(snapshot)
     ordered = tiresias_order(snapshot, queues, within_queue)
+    covered = guarantee_cover(snapshot, ordered)
+    ordered = covered_first(ordered, covered)
+    jobs = snapshot.job_by_id
+    covered_waiting = frozenset(job_id for job_id in covered if not jobs[job_id].is_running)
+    guaranteed = {group.name: group.guaranteed_gpus for group in snapshot.groups}
     levels = queues.levels
     starving = starving_jobs(snapshot)
     now = snapshot.now
 
     def reason(victim: Job, by: Job) -> str:
+        if by.id in covered:
+            return reclaim_reason(victim, by, guaranteed[by.group or ""])
         if by.id in starving:
             return (
                 f"job {by.id} has waited {pending_for(by, now) / 3600.0:.1f} h and needs its "
@@ -393,6 +411,7 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
         return las_reason(victim, by, levels)
 
     classes = preemption_classes(snapshot, levels, starving)
+    classes.update(dict.fromkeys(covered, COVERED_CLASS))
     decisions = run_pass(
         snapshot,
         ordered,
@@ -401,15 +420,26 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
         queue_changes=queues.changes,
         preempt_reason=reason,
         max_victims=snapshot.settings.max_victims,
-        starving=starving,
+        # Exempt from the victim cap, widest victims first: a starving job, and a job
+        # taking back its group's guarantee.
+        starving=starving | covered_waiting,
     )
     blocked = first_blocked_starving(snapshot, decisions, starving)
-    decisions = allox_rematch(snapshot, decisions)
+    decisions = allox_rematch(snapshot, decisions, keep=covered_waiting)
     decisions = evict_inefficient(gate, decisions, classes)
     decisions = fill_idle_devices(original, gate, decisions)
     decisions = reserve_for_starving(snapshot, decisions, levels, blocked)
     decisions = explain_narrowing(original, snapshot, decisions)
-    return replace(decisions, wake_at=next_clock(snapshot, decisions))
+    held_covered = [jobs[hold.job_id] for hold in decisions.holds if hold.job_id in covered]
+    wakes = [
+        moment
+        for moment in (
+            next_clock(snapshot, decisions),
+            next_reclaim(snapshot, held_covered, covered),
+        )
+        if moment is not None
+    ]
+    return replace(decisions, wake_at=min(wakes) if wakes else None)
 
 
 def decide_las(snapshot: Snapshot) -> Decisions:

@@ -222,6 +222,10 @@ class SimConfig:
     stop_when_started: frozenset[int] | None = None
     # Stop after this many seconds of wall-clock time (a forecast must answer in time).
     wall_budget: float | None = None
+    # A trace replay's lab groups with their weights, quotas and guarantees; a trace
+    # group not listed has the defaults. Empty: every trace group has the defaults. (A
+    # seeded replay takes its groups from the seed's snapshot.)
+    groups: tuple[Account, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -619,6 +623,10 @@ class Simulation:
             return math.ceil(t / tick - 1e-9) * tick
 
         group_accounts: tuple[Account, ...] | None = None
+        if config.groups:
+            listed = {account.name for account in config.groups}
+            extra = sorted({t.group for t in self.trace if t.group and t.group not in listed})
+            group_accounts = (*config.groups, *(Account(name=name) for name in extra))
         if self.seed is not None:
             seed_snapshot = self.seed.snapshot
             for state in self._seeded(self.seed):

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 
 from accounts.choices import Role
-from accounts.models import User
+from accounts.models import LabGroup, User
 from cluster.models import Device, Node
 from cluster.selectors import max_gpus_grantable
 
@@ -20,6 +20,8 @@ def test_the_demo_seed_builds_the_mixed_lab_and_can_run_twice(capsys):
     assert User.objects.get(username="admin").role == Role.ADMIN
     assert User.objects.filter(role=Role.STUDENT).count() == 3
     assert User.objects.get(username="alice").check_password("gpulab-demo")
+    guarantees = dict(LabGroup.objects.values_list("name", "guaranteed_gpus"))
+    assert guarantees == {"vision": None, "nlp": 8}
     assert "password for all: gpulab-demo" in capsys.readouterr().out
 
 

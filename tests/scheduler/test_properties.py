@@ -128,7 +128,12 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
         for name in USERS
     )
     groups = tuple(
-        Account(name, weight=draw(st.sampled_from([1.0, 3.0])), quota=draw(quota))
+        Account(
+            name,
+            weight=draw(st.sampled_from([1.0, 3.0])),
+            quota=draw(quota),
+            guaranteed_gpus=draw(st.sampled_from([0, 0, 1, 2, 4])),
+        )
         for name in GROUPS
         if name is not None
     )

@@ -34,7 +34,8 @@ NODES = [
     ("v100-1", "v100", 4),
     ("rtx-0", "rtx3090", 4),
 ]
-GROUPS = [("vision", 2.0), ("nlp", 1.0)]
+# (name, fair-share weight, guaranteed GPUs): nlp's guarantee shows reclaim in the demo.
+GROUPS = [("vision", 2.0, None), ("nlp", 1.0, 8)]
 # (user name, role, groups)
 PEOPLE = [
     ("admin", Role.ADMIN, []),
@@ -97,9 +98,9 @@ class Command(BaseCommand):
                 ],
             )
         groups = {}
-        for name, weight in GROUPS:
+        for name, weight, guaranteed in GROUPS:
             groups[name], _ = LabGroup.objects.update_or_create(
-                name=name, defaults={"weight": weight}
+                name=name, defaults={"weight": weight, "guaranteed_gpus": guaranteed}
             )
         for username, role, group_names in PEOPLE:
             user = User.objects.filter(username=username).first()

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.types import Decisions, PlacementKind, SchedulerSettings, Snapshot, Start
+from scheduler.core.types import (
+    Account,
+    Decisions,
+    PlacementKind,
+    SchedulerSettings,
+    Snapshot,
+    Start,
+)
 from scheduler.sim.clusters import SimCluster, homogeneous_cluster
 from scheduler.sim.engine import (
     MAX_TRACE_SPAN,
@@ -439,3 +446,23 @@ def test_a_clock_that_cannot_move_forward_stops_the_replay() -> None:
             decide=one_at_a_time,
             config=SimConfig(tick=10.0, check_invariants=False),
         )
+
+
+def test_a_replay_honours_the_groups_guarantees_it_is_given() -> None:
+    """`SimConfig.groups`: lab's guarantee reclaims a GPU from hog's long job at once,
+    instead of waiting for it to end (a guarantee the trace format cannot carry)."""
+    trace = [
+        TraceJob(id=0, num_gpus=1, submit_time=0.0, duration=36_000.0, user="h", group="hog"),
+        TraceJob(id=1, num_gpus=1, submit_time=600.0, duration=600.0, user="l", group="lab"),
+    ]
+    cluster = homogeneous_cluster(1, 1)
+    settings = SchedulerSettings(policy="las")
+    waits = {}
+    for guarantee in (0, 1):
+        config = SimConfig(groups=(Account("lab", guaranteed_gpus=guarantee),))
+        result = simulate(trace, cluster, settings, config=config)
+        lab = next(record for record in result.records if record.id == 1)
+        waits[guarantee] = lab.first_start - lab.submit_time
+    assert waits[1] == 0.0
+    # Without it, until hog's job is 3 queues below lab's (the margin): 4 h of service.
+    assert waits[0] == 14_400.0 - 600.0
