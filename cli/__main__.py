@@ -6,6 +6,7 @@
     gpulab wait 42                                     # live status until it ends
     gpulab logs -f 42                                  # follow its stdout
     gpulab cancel 42
+    gpulab quota                                       # your and your groups' quotas, as sshare
 
 The server and token come from GPULAB_URL and GPULAB_TOKEN, or from the file `gpulab
 login` writes (~/.config/gpulab/config.json, mode 600). Standard library only: `pip
@@ -30,10 +31,12 @@ from typing import Any, TextIO
 
 from .client import ApiError, Client
 from .render import (
+    QUOTA_HEADERS,
     duration,
     job_status_line,
     log_new_part,
     parse_time,
+    quota_rows,
     since,
     start_estimate,
     table,
@@ -334,6 +337,19 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     return 0
 
 
+def cmd_quota(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+    """Your own account and each of your groups: used against each limit (Slurm's sshare)."""
+    accounts = client.quotas()
+    if args.json:
+        json.dump(accounts, out, indent=2)
+        print(file=out)
+        return 0
+    rows = [[shown(cell) for cell in row] for row in quota_rows(accounts)]
+    width = _columns() if out.isatty() else 0
+    print(table(QUOTA_HEADERS, rows, width=width), file=out)
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     if not args.jobs and args.array is None:
         raise SystemExit("gpulab cancel: give job ids, or --array ID")
@@ -593,6 +609,15 @@ def parser_build() -> argparse.ArgumentParser:
     show.add_argument("job", type=int)
     show.add_argument("--json", action="store_true", help="As the API's JSON.")
     show.set_defaults(handler=cmd_show)
+
+    quota = add_parser(
+        "quota",
+        help="Your quotas and your groups': GPUs and jobs in use against each limit.",
+        description="GPUs and jobs in use / limit (- : no limit) for your own account and "
+        "each of your lab groups; a group counts every member's jobs charged to it.",
+    )
+    quota.add_argument("--json", action="store_true", help="As the API's JSON.")
+    quota.set_defaults(handler=cmd_quota)
 
     logs = add_parser("logs", help="A job's log tail (stdout, or --stderr).")
     logs.add_argument("job", type=int)

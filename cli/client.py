@@ -1,6 +1,6 @@
 """The gpulab REST API (/api/v1/) over the standard library, for the command line.
 
-Only what a student needs: submit, list, show, cancel, logs. Errors come back as one
+Only what a student needs: submit, list, show, cancel, logs, quotas. Errors come back as one
 `ApiError` whose message is what the API said, with the field named, so the command line
 prints it as is.
 """
@@ -145,6 +145,13 @@ class Client:
 
     def cancel_array(self, array_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/arrays/{int(array_id)}/cancel/")
+
+    def quotas(self) -> list[dict[str, Any]]:
+        """The caller's own account and lab groups, each with its usage and limits."""
+        data = self.request("GET", "/api/v1/quotas/")
+        if not isinstance(data, dict) or not isinstance(data.get("accounts"), list):
+            raise ApiError(NOT_THE_API, self._not_the_api())
+        return data["accounts"]
 
     def logs(self, job_id: int, stream: str) -> dict[str, Any]:
         return self.request(

@@ -140,6 +140,52 @@ def job_status_line(job: dict, now: datetime) -> str:
     return f"{head}: {job['reason']}" if job.get("reason") else head
 
 
+QUOTA_HEADERS = [
+    "KIND",
+    "NAME",
+    "GPUS",
+    "GUARANTEED",
+    "BORROWED",
+    "RUNNING",
+    "PENDING",
+    "TYPES",
+    "LIMITS",
+]
+
+
+def quota_rows(accounts: Sequence[dict]) -> list[list[str]]:
+    """`gpulab quota`'s rows, one per account of GET /api/v1/quotas/, as `sshare` lists
+    associations: in use / limit (`-` for none), per-type caps, and the limits reached."""
+
+    def of(used: int, limit: int | None) -> str:
+        return f"{used}/{'-' if limit is None else limit}"
+
+    def optional(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    rows = []
+    for account in accounts:
+        types = ", ".join(
+            f"{row['device_type']} {of(row['gpus_in_use'], row['max_gpus'])}"
+            for row in account.get("device_types") or []
+        )
+        reached = account.get("at_limit") or []
+        rows.append(
+            [
+                account["kind"],
+                account["name"],
+                of(account["gpus_in_use"], account["max_gpus"]),
+                optional(account.get("guaranteed_gpus")),
+                optional(account.get("borrowed_gpus")),
+                of(account["running_jobs"], account["max_running_jobs"]),
+                of(account["pending_jobs"], account["max_pending_jobs"]),
+                types or "-",
+                f"AT LIMIT: {', '.join(reached)}" if reached else "-",
+            ]
+        )
+    return rows
+
+
 def log_new_part(before: str, after: str) -> str:
     """What `after`, a log tail read again, adds to `before`, the previous read.
 

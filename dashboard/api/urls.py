@@ -1,6 +1,6 @@
 from config.api_urls import api_path
 
-from . import cluster, fairness, queue, usage, utilization
+from . import cluster, fairness, queue, quotas, usage, utilization
 
 urlpatterns = [
     *api_path("queue/", queue.QueueApi, name="queue"),
@@ -8,4 +8,5 @@ urlpatterns = [
     *api_path("utilization/", utilization.UtilizationApi, name="utilization"),
     *api_path("fairness/", fairness.FairnessApi, name="fairness"),
     *api_path("usage/", usage.UsageApi, name="usage"),
+    *api_path("quotas/", quotas.QuotasApi, name="quotas"),
 ]

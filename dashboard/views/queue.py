@@ -14,6 +14,7 @@ from django.utils import timezone
 from ..charts import figure_json, figure_new, time_axis
 from ..selectors import queue as queue_selectors
 from ..selectors.aggregates import cached_on_aggregates
+from ..selectors.quotas import quota_status
 
 PAGE_SIZE = 50
 
@@ -70,6 +71,9 @@ def queue_page(request: HttpRequest) -> HttpResponse:
         {
             "view": view,
             "page": page,
+            # About the viewer alone, admins included: their own account and groups (the
+            # admin quotas page is where everyone's limits are set).
+            "quotas": quota_status(user=request.user),
             "now": now,
             "charts": True,
             "refresh_seconds": 10,
