@@ -495,9 +495,16 @@ def _job_samples(
             if process.get("job_id") is not None:
                 memory[(process["job_id"], process["attempt"])] += process["used_memory_mb"]
         holder = holders.get(device.pk)
-        if holder is None or holder not in memory:
+        if holder is None:
             continue
-        # Allocation is exclusive, so the device's utilization is the job's.
+        if holder not in memory and gpu["processes"]:
+            # Processes nobody could attribute (an agent without access to their /proc):
+            # whose use it is is unknown, so nothing is recorded for the holder.
+            continue
+        # Allocation is exclusive, so the device's utilization is the job's. A GPU its
+        # holder does not use at all (no process on it: a notebook whose kernel never
+        # touched CUDA, a job that crashed its GPU worker) is recorded too, as what it is,
+        # or the job would never be judged idle (jobs.idle_services).
         samples.append(
             JobGpuSample(
                 job_id=holder[0],

@@ -94,6 +94,8 @@ class LaunchSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     # (array id, task index, array size) of an array task (Slurm's SLURM_ARRAY_*); None.
     array: tuple[int, int, int] | None = None
+    # (port, token) of an interactive session (jobs.sessions); None for a batch job.
+    session: tuple[int, str] | None = None
 
     @property
     def name(self) -> str:
@@ -143,6 +145,14 @@ def launch_spec_check(spec: LaunchSpec) -> None:
         # UUIDs come from NVML (`GPU-8f3c…`); anything else in a --gpus list is an injection.
         if not uuid or not all(ch.isalnum() or ch == "-" for ch in uuid):
             problems.append(f"device: {uuid!r} is not a GPU UUID.")
+    if spec.session is not None:
+        port, token = spec.session
+        # Both are gpulab's own (a port from GPULAB_SESSION_PORTS, a token_urlsafe), but a
+        # row may be written from a shell: `-p` and `--env` get nothing else.
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            problems.append(f"session: port {port!r} is not a TCP port.")
+        if not token or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in token):
+            problems.append("session: the token is not URL-safe text.")
     if problems:
         raise LaunchRefused(f"Job {spec.job_id} cannot be launched: " + " ".join(problems))
 
@@ -160,6 +170,7 @@ def job_environment(spec: LaunchSpec) -> dict[str, str]:
         }
     return {
         **dict(spec.env),
+        **session_environment(spec.session),
         "CUDA_VISIBLE_DEVICES": visible,
         "NVIDIA_VISIBLE_DEVICES": visible or "void",
         "GPULAB_JOB_ID": str(spec.job_id),
@@ -167,6 +178,20 @@ def job_environment(spec: LaunchSpec) -> dict[str, str]:
         "GPULAB_IMAGE": spec.image,
         "GPULAB_PROGRESS_FILE": progress_file_path(spec.job_id, spec.attempt),
         **array,
+    }
+
+
+def session_environment(session: tuple[int, str] | None) -> dict[str, str]:
+    """A session's port and token, under gpulab's names and the ones Jupyter Server reads
+    (so `jupyter lab --ip=0.0.0.0 --no-browser` listens there, token-protected)."""
+    if session is None:
+        return {}
+    port, token = session
+    return {
+        "GPULAB_SESSION_PORT": str(port),
+        "GPULAB_SESSION_TOKEN": token,
+        "JUPYTER_PORT": str(port),
+        "JUPYTER_TOKEN": token,
     }
 
 
@@ -214,6 +239,10 @@ def docker_run_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory_mb is not None:
         argv += ["--memory", f"{spec.memory_mb}m"]
+    if spec.session is not None:
+        # The container's own network: the session's port is published on the node.
+        port = spec.session[0]
+        argv += ["--publish", f"{port}:{port}"]
     # Over any user value, as one --env (tini asks only whether the name is set).
     environment = {**job_environment(spec), "TINI_KILL_PROCESS_GROUP": "1"}
     for name, value in environment.items():

@@ -188,6 +188,11 @@ def _launch_spec(*, job: Job, node: Node) -> runtimes.LaunchSpec:
             if job.array_id is not None and job.array_index is not None
             else None
         ),
+        session=(
+            (job.session_port, job.session_token)
+            if job.interactive and job.session_port is not None
+            else None
+        ),
     )
 
 

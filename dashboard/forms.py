@@ -150,6 +150,7 @@ class SchedulerSettingsForm(ConcurrentEditForm):
             "idle_threshold_pct": "Idle below (% utilization)",
             "idle_window_minutes": "Idle window (minutes)",
             "idle_grace_minutes": "Idle grace after the warning (minutes)",
+            "session_idle_minutes": "Idle window of interactive sessions (minutes)",
         }
         help_texts = {
             "policy": "How pending jobs are ordered: las and gittins are Tiresias "

@@ -4,7 +4,9 @@ Labs lose whole GPUs to notebooks and crashed training loops that hold them and 
 nothing (Determined's idle timeout, dstack's idle duration, OpenPAI's warn-then-kill).
 Every minute, when an admin has switched it on (`SchedulerConfig.idle_reap`, off by
 default), `jobs_idle_sweep` judges each RUNNING job by its own GPU use (the per-job
-readings the node agents report, `agents.selectors.jobs_gpu_use`):
+readings the node agents report, `agents.selectors.jobs_gpu_use`). Interactive sessions
+(jobs.sessions), which the scheduler never preempts, are judged on their own window
+(`session_idle_minutes`, 120 by default, 0 = never) whether or not batch jobs are:
 
 1. A job that has held its GPUs for the whole idle window, with readings for at least
    half its minutes, and averaged less than the threshold over it is warned: an event on
@@ -67,57 +69,77 @@ class _Running:
     warned_at: datetime | None
     judged_from: datetime | None  # a lifted warning: its next window starts here
     exempt_until: datetime | None
+    interactive: bool  # a session: its own window (SchedulerConfig.session_idle_minutes)
 
 
 def jobs_idle_sweep(*, now: datetime) -> IdleSweep:
     """Warn, clear or cancel running jobs by their GPU use (see the module)."""
     sweep = IdleSweep()
     config = scheduler_config_get()
-    if not config.idle_reap:
-        # Switched off: warnings lapse, so switching it on again never cancels a job on a
-        # warning its owner got long ago.
-        Job.objects.filter(idle_warned_at__isnull=False).update(idle_warned_at=None)
+    # The idle window in minutes of batch jobs (False) and of sessions (True); 0 = off.
+    window_of = {
+        False: config.idle_window_minutes if config.idle_reap else 0,
+        True: config.session_idle_minutes,
+    }
+    for interactive, minutes in window_of.items():
+        if not minutes:
+            # Switched off: warnings lapse, so switching it on again never cancels a job
+            # on a warning its owner got long ago.
+            Job.objects.filter(idle_warned_at__isnull=False, interactive=interactive).update(
+                idle_warned_at=None
+            )
+    if not any(window_of.values()):
         return sweep
-    window = timedelta(minutes=config.idle_window_minutes)
     grace = timedelta(minutes=config.idle_grace_minutes)
     threshold = config.idle_threshold_pct
     running = _running_jobs()
     due: dict[int, _Running] = {}  # warned, the grace over: decided now
     candidates: dict[int, _Running] = {}  # not warned, a whole window to judge
     for job_id, job in running.items():
-        if job.exempt_until is not None and job.exempt_until > now:
+        minutes = window_of[job.interactive]
+        if not minutes or (job.exempt_until is not None and job.exempt_until > now):
             continue
         if job.warned_at is not None:
             if now >= job.warned_at + grace:
                 due[job_id] = job
-        elif max(job.since, job.judged_from or job.since) <= now - window:
+        elif max(job.since, job.judged_from or job.since) <= now - timedelta(minutes=minutes):
             candidates[job_id] = job
+    window_start = {
+        job_id: now - timedelta(minutes=window_of[job.interactive])
+        for job_id, job in candidates.items()
+    }
     # A window or a grace with readings for less than half its minutes (an image pull, an
     # agent that was down) is not judged: a few idle minutes are not an idle hour. A grace
     # that cannot be judged lifts its warning (below).
     covered = _minutes_with_readings(
-        {job_id: now - window for job_id in candidates}
+        window_start
         | {job_id: job.warned_at for job_id, job in due.items() if job.warned_at is not None}
     )
     candidates = {
         job_id: job
         for job_id, job in candidates.items()
-        if covered.get(job_id, 0) * 2 >= config.idle_window_minutes
+        if covered.get(job_id, 0) * 2 >= window_of[job.interactive]
     }
     use = jobs_gpu_use(
         held={job_id: job.devices for job_id, job in (candidates | due).items()},
         since={
-            **{job_id: now - window for job_id in candidates},
+            **{job_id: window_start[job_id] for job_id in candidates},
             **{job_id: job.warned_at for job_id, job in due.items()},
         },
         now=now,
     )
-    for job_id in candidates:
+    for job_id, job in candidates.items():
         mean = use[job_id]
         if (
             mean is not None
             and mean < threshold
-            and _warn(job_id, mean=mean, config=config, now=now)
+            and _warn(
+                job_id,
+                mean=mean,
+                config=config,
+                window_minutes=window_of[job.interactive],
+                now=now,
+            )
         ):
             sweep.warned.append(job_id)
     # Decided once, at the deadline, on the grace's average: judged every minute, a job
@@ -146,7 +168,7 @@ def jobs_idle_sweep(*, now: datetime) -> IdleSweep:
 def _running_jobs() -> dict[int, _Running]:
     """RUNNING jobs with the GPUs they hold and since when."""
     jobs: dict[int, _Running] = {}
-    for job_id, device_id, started_at, warned_at, judged_from, exempt_until in (
+    for job_id, device_id, started_at, warned_at, judged_from, exempt_until, interactive in (
         Allocation.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING)
         .order_by("job_id", "device_id")
         .values_list(
@@ -156,10 +178,11 @@ def _running_jobs() -> dict[int, _Running]:
             "job__idle_warned_at",
             "job__idle_judged_from",
             "job__idle_exempt_until",
+            "job__interactive",
         )
     ):
         job = jobs.setdefault(
-            job_id, _Running([], started_at, warned_at, judged_from, exempt_until)
+            job_id, _Running([], started_at, warned_at, judged_from, exempt_until, interactive)
         )
         job.devices.append(device_id)
         job.since = min(job.since, started_at)
@@ -190,12 +213,14 @@ def _clock(moment: datetime) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
 
 
-def _warn(job_id: int, *, mean: float, config: SchedulerConfig, now: datetime) -> bool:
+def _warn(
+    job_id: int, *, mean: float, config: SchedulerConfig, window_minutes: int, now: datetime
+) -> bool:
     """Mark the job warned, with an event and a mail; False if it changed meanwhile."""
     deadline = now + timedelta(minutes=config.idle_grace_minutes)
     message = (
         f"Idle: its GPUs were used {mean:.1f} % on average over the last "
-        f"{config.idle_window_minutes} min, below the lab's {config.idle_threshold_pct:g} %. "
+        f"{window_minutes} min, below the lab's {config.idle_threshold_pct:g} %. "
         f"It will be cancelled at {_clock(deadline)} unless they average "
         f"{config.idle_threshold_pct:g} % or more from now until then."
     )

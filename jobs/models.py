@@ -69,6 +69,13 @@ class Job(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_judged_from = models.DateTimeField(null=True, blank=True)
     idle_exempt_until = models.DateTimeField(null=True, blank=True)
+    # An interactive session (Jupyter, a shell, VS Code's server): never preempted by the
+    # scheduler, a bounded walltime, judged for idleness on its own window, and given a
+    # port on its node and a secret token to reach it (jobs.sessions). The port is the
+    # current attempt's (assigned at each start); the token is the owner's to see.
+    interactive = models.BooleanField(default=False)
+    session_port = models.PositiveIntegerField(null=True, blank=True)
+    session_token = models.CharField(max_length=64, blank=True)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     reason = models.CharField(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Max, QuerySet
 
 from accounts.models import User
@@ -278,3 +280,57 @@ def _bucketed(points: list[GpuUsePoint], max_points: int) -> tuple[list[GpuUsePo
             )
         )
     return merged, timedelta(seconds=width)
+
+
+@dataclass(frozen=True)
+class SessionAccess:
+    """Where a running interactive session listens, as its viewer may see it."""
+
+    node: str
+    address: str
+    port: int
+    url: str  # what to open: the node's port, or localhost's through the tunnel
+    tunnel: str  # `ssh -N -L …` through GPULAB_SESSION_GATEWAY; "" without a gateway
+    token: str | None  # the owner's only; None for anyone else (an admin too)
+
+
+def sessions_access(*, jobs: Sequence[Job], viewer: User) -> dict[int, SessionAccess]:
+    """The address of each session in `jobs` that holds GPUs and has its port (one query
+    for all of them). The token is shown to the session's owner only: it opens their
+    notebook as them, which no one else (an admin neither) needs to do."""
+    live = [
+        job
+        for job in jobs
+        if job.interactive and job.state in HOLDING_STATES and job.session_port is not None
+    ]
+    if not live:
+        return {}
+    node_of: dict[int, tuple[str, str]] = {}
+    for job_id, name, address in (
+        Allocation.objects.filter(job__in=live, ended_at__isnull=True)
+        .order_by("job_id", "device_id")
+        .values_list("job_id", "device__node__name", "device__node__address")
+    ):
+        node_of.setdefault(job_id, (name, address))
+    gateway = settings.GPULAB_SESSION_GATEWAY
+    access: dict[int, SessionAccess] = {}
+    for job in live:
+        if job.pk not in node_of:
+            continue
+        name, address = node_of[job.pk]
+        port = job.session_port
+        assert port is not None  # filtered above
+        host = "localhost" if gateway else address
+        access[job.pk] = SessionAccess(
+            node=name,
+            address=address,
+            port=port,
+            url=f"http://{host}:{port}/",
+            tunnel=(
+                f"ssh -N -L {port}:{shlex.quote(address)}:{port} {shlex.quote(gateway)}"
+                if gateway
+                else ""
+            ),
+            token=job.session_token if job.owner_id == viewer.pk else None,
+        )
+    return access

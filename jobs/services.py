@@ -26,7 +26,7 @@ from config.errors import ApplicationError, IllegalTransition, NotFound, Validat
 from scheduler.core.accounting import decay_usage, decayed_service, eligible_since
 from scheduler.triggers import round_request_on_commit
 
-from . import validation
+from . import sessions, validation
 from .choices import (
     HOLDING_STATES,
     NOTIFY_STATES,
@@ -62,6 +62,7 @@ class JobSpec:
     notify: Any = ""  # email the owner: "", "end", "fail" or "all" (Slurm's --mail-type)
     array_size: Any = None  # N: submit N tasks, GPULAB_ARRAY_INDEX 0..N-1 (Slurm's --array)
     array_max_running: Any = None  # at most this many tasks hold GPUs at once; None: no cap
+    interactive: Any = False  # a session (jobs.sessions): never preempted, bounded, a port
 
 
 # --------------------------------------------------------------------------- submission
@@ -107,6 +108,13 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
         )
     if spec.consolidation not in Consolidation.values:
         check("consolidation", [f"Choose one of: {', '.join(Consolidation.values)}."])
+    interactive = spec.interactive
+    if not isinstance(interactive, bool):
+        check("interactive", ["Must be true or false."])
+        interactive = False
+    consolidation, walltime = spec.consolidation, spec.walltime_seconds
+    if interactive:
+        consolidation, walltime = sessions.session_rules(spec, check)
     name = spec.name if spec.name not in (None, "") else None
     if name is not None and (not isinstance(name, str) or len(name) > validation.MAX_NAME_LENGTH):
         check("name", [f"At most {validation.MAX_NAME_LENGTH} characters of text."])
@@ -148,7 +156,7 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
     # the other fields' errors so one round trip shows everything that is wrong.
     num_gpus = spec.num_gpus
     single_node = (
-        spec.consolidation == Consolidation.REQUIRED or not cluster_selectors.jobs_may_span_nodes()
+        consolidation == Consolidation.REQUIRED or not cluster_selectors.jobs_may_span_nodes()
     )
     countable = not ({"num_gpus", "accepted_types", "consolidation"} & errors.keys())
     if countable and num_gpus > 0:
@@ -193,9 +201,11 @@ def job_submit(*, owner: User, spec: JobSpec) -> Job:
                 env=dict(spec.env),
                 num_gpus=num_gpus,
                 accepted_types=list(spec.accepted_types),
-                consolidation=spec.consolidation,
-                walltime_seconds=spec.walltime_seconds,
+                consolidation=consolidation,
+                walltime_seconds=walltime,
                 max_retries=spec.max_retries,
+                interactive=interactive,
+                session_token=sessions.session_token_new() if interactive else "",
                 dependency=spec.dependency,
                 notify=spec.notify,
                 array=array,
@@ -553,6 +563,10 @@ def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> J
                 reason="",
                 retry_not_before=None,
             )
+            if job.interactive:
+                # Before this job's own allocations exist: its old port is not "in use".
+                job.session_port = sessions.session_port_assign(device_ids=device_ids)
+                Job.objects.filter(pk=job_id).update(session_port=job.session_port)
             Allocation.objects.bulk_create(
                 Allocation(job_id=job_id, attempt=job.attempt, device_id=device_id, started_at=now)
                 for device_id in device_ids

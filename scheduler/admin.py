@@ -64,6 +64,7 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
                     "idle_threshold_pct",
                     "idle_window_minutes",
                     "idle_grace_minutes",
+                    "session_idle_minutes",
                 ]
             },
         ),

@@ -132,6 +132,15 @@ class SchedulerConfig(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(MAX_IDLE_MINUTES)],
         help_text="After the warning, a job still idle this long is cancelled.",
     )
+    # Interactive sessions (jobs.sessions) are never preempted, so an idle one holds its
+    # GPUs until its walltime: they are judged on their own window (longer: people think
+    # between cells), whether or not batch jobs are reaped. 0 = sessions are not judged.
+    session_idle_minutes = models.PositiveIntegerField(
+        default=120,
+        validators=[MaxValueValidator(MAX_IDLE_MINUTES)],
+        help_text="An interactive session idle this long is warned, then cancelled after the "
+        "grace (whether or not idle jobs are reaped); 0 = never.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -201,6 +210,10 @@ class SchedulerConfig(models.Model):
                 {"queue_thresholds": f"Thresholds must be at most {MAX_QUEUE_THRESHOLD:g} GPU·s."}
             )
         self._clean_float_fields()
+        session_idle = self.session_idle_minutes
+        if isinstance(session_idle, int) and 0 < session_idle < 5:
+            # Half a window's minutes need readings: a 2-minute window judges an image pull.
+            raise ValidationError({"session_idle_minutes": "0 (never), or 5 minutes or more."})
         knob = self.promote_knob
         if isinstance(knob, int | float) and not isinstance(knob, bool) and knob < 0:
             raise ValidationError({"promote_knob": "Must be 0 or more (empty or 0 = off)."})

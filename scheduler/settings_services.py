@@ -40,6 +40,7 @@ EDITABLE_FIELDS = (
     "idle_threshold_pct",
     "idle_window_minutes",
     "idle_grace_minutes",
+    "session_idle_minutes",
 )
 AUDIT_TARGET_NAME = "scheduler settings"
 

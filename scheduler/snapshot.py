@@ -275,6 +275,7 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         "attained_service", "service_since_promotion", "executed_since_promotion",
         "waiting_since_promotion", "queue_level", "queue_entered_at", "pending_since",
         "retry_not_before", "reason", "queue_position", "attempt", "image", "command_text",
+        "interactive",
     )  # fmt: skip
     # Nor is a pending job whose owner's account is disabled, or whose owner left the
     # job's group: it is left out with a reason of its own for the apply step to store
@@ -424,6 +425,9 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                 started_at=started_at,
                 model=row["image"],
                 throughputs=speeds_of(rates.get(job_id, ())),
+                # A session's state lives in memory: the scheduler never preempts it
+                # (jobs.sessions); its walltime and idle reaping end it.
+                preemptible=not row["interactive"],
                 pending_since=pending_since,
             )
         )

@@ -279,6 +279,29 @@ GPULAB_ADMIN_WEBHOOK_URL = env.str("GPULAB_ADMIN_WEBHOOK_URL", default="")
 if GPULAB_ADMIN_WEBHOOK_URL and not GPULAB_ADMIN_WEBHOOK_URL.startswith(("https://", "http://")):
     raise ImproperlyConfigured("GPULAB_ADMIN_WEBHOOK_URL must be an http(s) URL.")
 
+# Interactive sessions (jobs.sessions): the walltime one gets when it asks for none, the
+# most it may ask for (a session is never preempted, so it must end), and the TCP ports
+# sessions are given on their node ("first-last").
+GPULAB_SESSION_DEFAULT_HOURS = env_int("GPULAB_SESSION_DEFAULT_HOURS", 4, minimum=1, maximum=168)
+GPULAB_SESSION_MAX_HOURS = env_int("GPULAB_SESSION_MAX_HOURS", 12, minimum=1, maximum=168)
+if GPULAB_SESSION_DEFAULT_HOURS > GPULAB_SESSION_MAX_HOURS:
+    raise ImproperlyConfigured("GPULAB_SESSION_DEFAULT_HOURS exceeds GPULAB_SESSION_MAX_HOURS.")
+_session_ports = env.str("GPULAB_SESSION_PORTS", default="30000-30999")
+try:
+    _first_port, _last_port = (int(part) for part in _session_ports.split("-"))
+except ValueError as exc:
+    raise ImproperlyConfigured(
+        f"GPULAB_SESSION_PORTS={_session_ports!r}: give a range such as 30000-30999"
+    ) from exc
+if not 1024 <= _first_port <= _last_port <= 65535:
+    raise ImproperlyConfigured(
+        f"GPULAB_SESSION_PORTS={_session_ports!r}: ports 1024-65535, first <= last"
+    )
+GPULAB_SESSION_PORTS = (_first_port, _last_port)
+# A host people reach the nodes through (a login node): sessions are then shown with an
+# `ssh -N -L port:node:port GATEWAY` tunnel and a localhost address. Empty: the node's.
+GPULAB_SESSION_GATEWAY = env.str("GPULAB_SESSION_GATEWAY", default="")
+
 GPULAB_SCHEDULER_MODE = env.str("GPULAB_SCHEDULER_MODE", default="celery")
 if GPULAB_SCHEDULER_MODE not in {"celery", "embedded", "off"}:
     raise ImproperlyConfigured(

@@ -179,6 +179,16 @@ class JobSubmitInput(serializers.Serializer):
         help_text="At most this many of the array's tasks hold GPUs at once (Slurm's %N).",
     )
 
+    interactive = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="An interactive session (Jupyter, a shell): never preempted, at most "
+        "GPULAB_SESSION_MAX_HOURS of walltime (GPULAB_SESSION_DEFAULT_HOURS when none is "
+        "given), never retried, on one node, and given a port and a token in its environment "
+        "(GPULAB_SESSION_PORT/_TOKEN, JUPYTER_PORT/_TOKEN); `session` in the answer says where "
+        "to connect.",
+    )
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
@@ -231,6 +241,11 @@ class JobOutput(serializers.ModelSerializer):
         "fell in for 80 % of them (`earliest`/`latest`, null until measured). Null otherwise."
     )
 
+    session = serializers.SerializerMethodField(
+        help_text="A running session's address: {node, url, tunnel, token}; `token` only for "
+        "its owner, `tunnel` the ssh command when the lab has a gateway. Null otherwise."
+    )
+
     class Meta:
         model = Job
         fields = [
@@ -255,6 +270,8 @@ class JobOutput(serializers.ModelSerializer):
             "reason",
             "queue_position",
             "estimated_start",
+            "interactive",
+            "session",
             "idle_warned_at",
             "idle_exempt_until",
             "queue_level",
@@ -302,6 +319,31 @@ class JobOutput(serializers.ModelSerializer):
             "latest": forecast.latest_at and moment(forecast.latest_at),
             "made_at": moment(forecast.made_at),
             "note": forecast.note,
+        }
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "node": {"type": "string"},
+                "port": {"type": "integer"},
+                "url": {"type": "string"},
+                "tunnel": {"type": "string"},
+                "token": {"type": "string", "nullable": True},
+            },
+        }
+    )
+    def get_session(self, job: Job) -> dict[str, Any] | None:
+        access = self.context.get("sessions", {}).get(job.pk)
+        if access is None:
+            return None
+        return {
+            "node": access.node,
+            "port": access.port,
+            "url": access.url,
+            "tunnel": access.tunnel,
+            "token": access.token,
         }
 
     @extend_schema_field({"type": "array", "items": {"type": "integer", "nullable": True}})

@@ -163,7 +163,8 @@ def jobs_data(jobs: Sequence[Job], *, user: User, many: bool = False) -> list[di
     current run's service in attained_gpu_hours and other jobs' ids hidden (`for_viewer`)."""
     live = jobs_live_service(job_ids=[job.pk for job in jobs], now=timezone.now())
     serializer = JobOutput if many else JobDetailOutput
-    data = serializer(jobs, many=True, context={"live_service": live}).data
+    sessions = selectors.sessions_access(jobs=jobs, viewer=user)
+    data = serializer(jobs, many=True, context={"live_service": live, "sessions": sessions}).data
     return for_viewer(list(data), user=user)
 
 

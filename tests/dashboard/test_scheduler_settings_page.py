@@ -40,6 +40,7 @@ DEFAULTS = {
     "idle_threshold_pct": "5",
     "idle_window_minutes": "60",
     "idle_grace_minutes": "60",
+    "session_idle_minutes": "120",
 }
 
 
@@ -413,3 +414,13 @@ def test_the_service_refuses_a_float_setting_that_is_not_finite(lab_admin, field
 
     assert field in caught.value.errors
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_sessions_idle_window_is_set_on_the_page_and_refused_under_five(lab_admin):
+    client = logged_in(lab_admin)
+    assert "Idle window of interactive sessions" in client.get(URL).content.decode()
+    assert client.post(URL, {**DEFAULTS, "session_idle_minutes": "3"}).status_code == 400
+    assert scheduler_config_get().session_idle_minutes == 120
+    assert client.post(URL, {**DEFAULTS, "session_idle_minutes": "0"}).status_code == 302
+    assert scheduler_config_get().session_idle_minutes == 0

@@ -79,7 +79,7 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
             "waiting_since_promotion": draw(st.sampled_from([0.0, 500.0])),
             "queue_level": queue_level_for(service, thresholds),
             "queue_entered_at": draw(st.sampled_from([0.0, 5.0])),
-            "preemptible": draw(st.booleans()) or True,
+            "preemptible": draw(st.sampled_from([True, True, False])),  # sessions are not
             "total_work": draw(st.sampled_from([None, 500.0, 50_000.0])),
             # Measured speeds per type (AlloX and the efficiency gate read them).
             "throughputs": draw(

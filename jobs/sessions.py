@@ -1,0 +1,85 @@
+"""Interactive sessions: a Jupyter server, a shell or an IDE's server on GPUs, for hours.
+
+What Open OnDemand, Determined's notebooks and Run:ai's interactive workloads give a lab,
+within gpulab's one job model: a session is a job with `interactive = True` that
+1. is never preempted by the scheduler (`scheduler.snapshot` marks it non-preemptible):
+   a notebook's state lives in memory and a preemption would lose it; so Run:ai runs
+   interactive workloads;
+2. must end: its walltime is at most `GPULAB_SESSION_MAX_HOURS` (12), and
+   `GPULAB_SESSION_DEFAULT_HOURS` (4) when it asks for none; it is never retried and is
+   not an array; its GPUs are on one node;
+3. is judged for idleness on its own window (`SchedulerConfig.session_idle_minutes`,
+   jobs.idle_services), also when idle reaping of batch jobs is off;
+4. gets, at each start, a TCP port on its node from `GPULAB_SESSION_PORTS` and, once, a
+   secret token, both in its environment (`agents.runtimes.session_environment`:
+   `GPULAB_SESSION_PORT`/`_TOKEN`, and `JUPYTER_PORT`/`JUPYTER_TOKEN`, which Jupyter
+   Server reads, so `jupyter lab --ip=0.0.0.0 --no-browser` needs no shell). A Docker
+   session's port is published on the node. The job page, the API and `gpulab show`
+   give its owner the address to open; only the owner sees the token.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+
+from django.conf import settings
+
+from cluster.models import Device
+from config.errors import IllegalTransition
+
+from . import validation
+from .choices import HOLDING_STATES, Consolidation
+from .models import Job
+
+
+def session_rules(spec: object, check: Callable[[str, list[str]], None]) -> tuple[str, int]:
+    """A session's consolidation (one node) and walltime (the default when none, at most
+    the maximum); reports, through `check`, the fields a session may not have."""
+    most = settings.GPULAB_SESSION_MAX_HOURS * 3600
+    walltime = getattr(spec, "walltime_seconds", None)
+    if walltime is None:
+        walltime = settings.GPULAB_SESSION_DEFAULT_HOURS * 3600
+    elif (
+        not validation.integer_errors(walltime, minimum=60, maximum=validation.MAX_WALLTIME_SECONDS)
+        and walltime > most
+    ):
+        check(
+            "walltime_seconds",
+            [
+                f"A session runs at most {settings.GPULAB_SESSION_MAX_HOURS} h "
+                f"({most} s): it is never preempted, so it must end."
+            ],
+        )
+    if getattr(spec, "max_retries", 0) not in (0, None):
+        check("max_retries", ["A session is not retried: leave it at 0."])
+    if getattr(spec, "array_size", None) is not None:
+        check("array_size", ["A session cannot be an array."])
+    return Consolidation.REQUIRED.value, walltime
+
+
+def session_token_new() -> str:
+    """A secret to reach the session with (Jupyter's token): 256 random bits."""
+    return secrets.token_urlsafe(32)
+
+
+def session_port_assign(*, device_ids: Sequence[int]) -> int:
+    """The lowest port of `GPULAB_SESSION_PORTS` that no session holding GPUs on the node
+    of `device_ids` has; call inside the start's transaction (rounds are serialized by
+    their lock, so two starts never race for one port)."""
+    node_id = Device.objects.filter(pk__in=device_ids).values_list("node_id", flat=True).first()
+    used = set(
+        Job.objects.filter(
+            interactive=True,
+            state__in=HOLDING_STATES,
+            session_port__isnull=False,
+            allocations__ended_at__isnull=True,
+            allocations__device__node_id=node_id,
+        ).values_list("session_port", flat=True)
+    )
+    first, last = settings.GPULAB_SESSION_PORTS
+    for port in range(first, last + 1):
+        if port not in used:
+            return port
+    # The start is dropped (the round's apply step logs it); the job waits for a port.
+    raise IllegalTransition(f"Every session port ({first}-{last}) of the node is taken.")
