@@ -2,6 +2,7 @@
 
     gpulab login --url https://gpulab.example.edu      # asks for an API token once
     gpulab submit --gpus 2 --type a100 pytorch/pytorch:2.4.0 -- python train.py --lr 0.1
+    gpulab submit --interactive jupyter/base-notebook -- jupyter lab --ip=0.0.0.0 --no-browser
     gpulab jobs                                        # your active jobs, as squeue
     gpulab wait 42                                     # live status until it ends
     gpulab logs -f 42                                  # follow its stdout
@@ -37,6 +38,7 @@ from .render import (
     log_new_part,
     parse_time,
     quota_rows,
+    session_fields,
     since,
     start_estimate,
     table,
@@ -177,6 +179,8 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         spec["array_size"], cap = args.array
         if cap is not None:
             spec["array_max_running"] = cap
+    if args.interactive:
+        spec["interactive"] = True
     try:
         job = client.submit(spec)
     except ApiError as exc:
@@ -193,6 +197,8 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         print(f"Submitted job {job['id']}.", file=out)
         return watch(client, job["id"], out=out, interval=args.interval)
     print(f"Submitted job {job['id']}: {shown(job_status_line(job, _now()))}", file=out)
+    if job.get("interactive"):
+        print(f"Once it runs, `gpulab show {job['id']}` says where to open it.", file=out)
     return 0
 
 
@@ -214,6 +220,7 @@ FIELD_FLAGS = {
     "array_size": "--array",
     "array_max_running": "--array",
     "notify": "--mail-type",
+    "interactive": "--interactive",
     "command": "the command",
     "image": "the image",
 }
@@ -271,7 +278,8 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
             time_column = since(job["started_at"], now)
         cells = [
             job["id"],
-            job["name"],
+            # Marked in the name's column: one more column would crowd out the reason.
+            f"{job['name']} (session)" if job.get("interactive") else job["name"],
             job["owner"],
             job["state"],
             job["num_gpus"],
@@ -327,6 +335,7 @@ def cmd_show(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         ids = ", ".join(f"#{pk}" for pk in job["depends_on"])
         goal = "succeed" if job.get("dependency") == "afterok" else "end"
         fields.append(("waits for", f"{ids} to {goal}"))
+    fields.extend(session_fields(job))
     for name, value in fields:
         print(f"  {name:<10} {shown(value)}", file=out)
     if job.get("events"):
@@ -584,6 +593,14 @@ def parser_build() -> argparse.ArgumentParser:
         "-a",
         type=_array,
         help="N copies (GPULAB_ARRAY_INDEX 0..N-1), or N%%K to run at most K at once.",
+    )
+    submit.add_argument(
+        "--interactive",
+        "-i",
+        action="store_true",
+        help="An interactive session (e.g. jupyter lab --ip=0.0.0.0 --no-browser): never "
+        "preempted, a bounded walltime (the lab's default when --time is not given), a port "
+        "and a token in its environment; `gpulab show ID` gives the address.",
     )
     submit.add_argument("--wait", "-w", action="store_true", help="Then follow it to its end.")
     submit.add_argument("--interval", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)

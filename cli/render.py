@@ -4,6 +4,7 @@ and the new part of a log tail read again. No I/O here, so each is tested exactl
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -138,6 +139,28 @@ def job_status_line(job: dict, now: datetime) -> str:
     if state == "FAILED" and job.get("exit_code") is not None:
         return f"{head} (exit {job['exit_code']}): {job.get('reason', '')}".rstrip(": ")
     return f"{head}: {job['reason']}" if job.get("reason") else head
+
+
+def session_fields(job: dict) -> list[tuple[str, str]]:
+    """`gpulab show`'s lines for an interactive session: where to open it (with `?token=`,
+    as Jupyter takes it, only when the API gave the token: the owner's) and the ssh tunnel
+    to run first when the lab has a gateway; a note while it has no address. [] otherwise."""
+    if not job.get("interactive"):
+        return []
+    session = job.get("session")
+    if not session:
+        if job.get("state") in {"SUCCEEDED", "FAILED", "CANCELLED"}:
+            return [("session", "ended")]
+        return [("session", "no address yet: it appears once the session runs")]
+    url = str(session.get("url") or "")
+    token = session.get("token")
+    if token:
+        separator = "&" if "?" in url else "?"
+        url = f"{url}{separator}{urllib.parse.urlencode({'token': token})}"
+    fields = [("session", url), ("node", str(session.get("node") or ""))]
+    if session.get("tunnel"):
+        fields.append(("tunnel", str(session["tunnel"])))
+    return fields
 
 
 QUOTA_HEADERS = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from django import forms
+from django.conf import settings
 
 from accounts.models import User
 
@@ -29,6 +30,8 @@ class JobSubmitForm(forms.Form):
         max_length=MAX_COMMAND_LAUNCH_BYTES,
         help_text="Split like a shell would (quotes group words) but never run through a shell.",
     )
+    # Its help names the lab's session limits, read from settings in __init__.
+    interactive = forms.BooleanField(required=False, label="Interactive session")
     num_gpus = forms.IntegerField(min_value=1, initial=1, label="GPUs")
     accepted_types = forms.CharField(
         required=False,
@@ -110,6 +113,7 @@ class JobSubmitForm(forms.Form):
         # job): fall back to the default rather than pre-select a choice that is not there.
         if self.initial.get("group") not in (None, "", *groups):
             self.initial.pop("group")
+        self.fields["interactive"].help_text = session_help()
 
     def clean_command(self) -> list[str]:
         try:
@@ -175,7 +179,20 @@ class JobSubmitForm(forms.Form):
             array_size=data.get("array_size"),
             array_max_running=data.get("array_max_running"),
             dependency=data.get("dependency") or DependencyKind.AFTER_OK,
+            interactive=bool(data.get("interactive")),
         )
+
+
+def session_help() -> str:
+    """What ticking "Interactive session" means (jobs.sessions), with the lab's limits."""
+    return (
+        "A notebook or shell you work in: never preempted; walltime "
+        f"{settings.GPULAB_SESSION_DEFAULT_HOURS} h when none is given, at most "
+        f"{settings.GPULAB_SESSION_MAX_HOURS} h; not retried, not an array, on one node. "
+        "It gets a port and a token in its environment (JUPYTER_PORT, JUPYTER_TOKEN), and "
+        "its page shows the address to open: e.g. the command "
+        "jupyter lab --ip=0.0.0.0 --no-browser"
+    )
 
 
 def initial_from_job(job: Job) -> dict[str, object]:
@@ -202,6 +219,8 @@ def initial_from_job(job: Job) -> dict[str, object]:
         "dependency": job.dependency,
         "notify": job.notify,
     }
+    if job.interactive:  # unticked is the form's default
+        initial["interactive"] = True
     if job.group is not None:
         initial["group"] = job.group.name
     return initial

@@ -19,6 +19,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
@@ -215,7 +216,14 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     estimate = start_forecast_of(job)
     # The idle-reaping settings matter to a running job only (its warning, the Keep form).
     idle = scheduler_config_get() if job.state == JobState.RUNNING else None
-    return render(
+    # A session's address while it holds GPUs; its token only for its owner (the selector
+    # decides), who gets it in the link, as Jupyter takes it: `?token=`.
+    session = (
+        selectors.sessions_access(jobs=[job], viewer=request.user).get(job.pk)
+        if job.interactive
+        else None
+    )
+    response = render(
         request,
         "jobs/detail.html",
         {
@@ -226,6 +234,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
                 for event, message in zip(events, described[1:], strict=True)
             ],
             "can_cancel": not terminal,
+            "ended": terminal,
             # Quoted as a shell would need it, so 'my run' stays one word and '' shows.
             "command_line": shlex.join(job.command),
             "walltime": _minutes_and_seconds(job.walltime_seconds) if job.walltime_seconds else "",
@@ -254,6 +263,8 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             else None,
             # How far past forecasts were off, to say how far to trust this one.
             "forecast_score": (start_forecast_score() if estimate and estimate.start_at else None),
+            "session": session,
+            "session_link": _session_link(session) if session is not None else "",
             "show_gpu_use": show_gpu_use,
             "gpu_figure": _gpu_use_figure(gpu_use) if show_gpu_use else "",
             # The chart's numbers in words, for screen readers and pages without JavaScript.
@@ -263,6 +274,18 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             "refresh_seconds": None if terminal else DETAIL_REFRESH_SECONDS,
         },
     )
+    if session is not None and session.token:
+        # The page holds a secret, as the API tokens page does: kept out of caches.
+        add_never_cache_headers(response)
+    return response
+
+
+def _session_link(session: selectors.SessionAccess) -> str:
+    """The address to open: with `?token=` for the owner (Jupyter logs them in with it),
+    bare for anyone else, who has no token to give."""
+    if not session.token:
+        return session.url
+    return f"{session.url}?{urlencode({'token': session.token})}"
 
 
 def _minutes_and_seconds(seconds: int) -> str:

@@ -242,7 +242,7 @@ class JobOutput(serializers.ModelSerializer):
     )
 
     session = serializers.SerializerMethodField(
-        help_text="A running session's address: {node, url, tunnel, token}; `token` only for "
+        help_text="A running session's address: {node, port, url, tunnel, token}; `token` only for "
         "its owner, `tunnel` the ssh command when the lab has a gateway. Null otherwise."
     )
 
