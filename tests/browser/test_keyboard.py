@@ -68,6 +68,8 @@ def test_skip_link_then_tab_to_submit_and_submit_a_job_by_keyboard(
     assert focused(ui) == "input#id_command"
     ui.page.keyboard.type("python train.py --lr 0.1")
     ui.page.keyboard.press("Tab")
+    assert focused(ui) == "input#id_interactive"  # left unticked: a batch job
+    ui.page.keyboard.press("Tab")
     assert focused(ui) == "input#id_num_gpus"
     ui.page.keyboard.press("ControlOrMeta+A")
     ui.page.keyboard.type("2")

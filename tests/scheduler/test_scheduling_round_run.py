@@ -365,6 +365,7 @@ def test_an_admin_changes_the_live_settings_in_the_admin_and_bad_values_are_refu
         "preempt_patience_seconds": "600", "preempt_margin": "3", "max_victims": "1",
         "starvation_seconds": "3600", "allox_efficiency_gate": "0.5",
         "idle_threshold_pct": "5", "idle_window_minutes": "60", "idle_grace_minutes": "60",
+        "session_idle_minutes": "120",
     }  # fmt: skip
     response = client.post("/admin/scheduler/schedulerconfig/1/change/", form)
     assert response.status_code == 302
