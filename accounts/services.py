@@ -381,6 +381,7 @@ def _quota_values_validate(
         DeviceType.objects.filter(name__in=type_fields.values()).values_list("name", flat=True)
     )
     for field, value in changes.items():
+        empty = "no guarantee" if field == "guaranteed_gpus" else "no limit"
         if field in type_fields and type_fields[field] not in known_types:
             errors[field] = [f"No GPU type is named {type_fields[field]!r}."]
         elif field not in fields and field not in type_fields:
@@ -401,9 +402,9 @@ def _quota_values_validate(
         elif value is None:
             clean[field] = None
         elif isinstance(value, bool) or not isinstance(value, int):
-            errors[field] = ["Enter a whole number of 0 or more, or leave it empty for no limit."]
+            errors[field] = [f"Enter a whole number of 0 or more, or leave it empty for {empty}."]
         elif not 0 <= value <= _LIMIT_MAX:
-            errors[field] = [f"Must be between 0 and {_LIMIT_MAX} (empty = no limit)."]
+            errors[field] = [f"Must be between 0 and {_LIMIT_MAX} (empty = {empty})."]
         else:
             clean[field] = value
     if errors:

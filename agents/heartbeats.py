@@ -29,6 +29,7 @@ from cluster.choices import DeviceKind, NodeState
 from cluster.models import Device, DeviceType, Node
 from cluster.services import node_drain
 from config.errors import Conflict, NotFound
+from jobs.choices import JobState
 from jobs.models import Allocation
 
 from .models import (
@@ -479,12 +480,14 @@ def _reconcile_on_commit(node: Node, needs_reconcile: bool) -> None:
 def _job_samples(
     gpus: list[dict[str, Any]], devices: dict[str, Device], now: datetime
 ) -> list[JobGpuSample]:
-    holders = {
-        device_id: (job_id, attempt)
-        for device_id, job_id, attempt in Allocation.objects.filter(
-            ended_at__isnull=True, device__in=devices.values()
-        ).values_list("device_id", "job_id", "attempt")
-    }
+    holders: dict[int, tuple[int, int]] = {}
+    running: set[tuple[int, int]] = set()
+    for device_id, job_id, attempt, state in Allocation.objects.filter(
+        ended_at__isnull=True, device__in=devices.values()
+    ).values_list("device_id", "job_id", "attempt", "job__state"):
+        holders[device_id] = (job_id, attempt)
+        if state == JobState.RUNNING:
+            running.add((job_id, attempt))
     samples = []
     for gpu in gpus:
         if gpu["lost"]:
@@ -497,9 +500,11 @@ def _job_samples(
         holder = holders.get(device.pk)
         if holder is None:
             continue
-        if holder not in memory and gpu["processes"]:
+        if holder not in memory and (gpu["processes"] or holder not in running):
             # Processes nobody could attribute (an agent without access to their /proc):
-            # whose use it is is unknown, so nothing is recorded for the holder.
+            # whose use it is is unknown, so nothing is recorded for the holder. Nor for
+            # a job still STARTING (pulling its image) or stopping: not using its GPU then
+            # is no sign of idleness.
             continue
         # Allocation is exclusive, so the device's utilization is the job's. A GPU its
         # holder does not use at all (no process on it: a notebook whose kernel never

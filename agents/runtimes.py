@@ -192,6 +192,9 @@ def session_environment(session: tuple[int, str] | None) -> dict[str, str]:
         "GPULAB_SESSION_TOKEN": token,
         "JUPYTER_PORT": str(port),
         "JUPYTER_TOKEN": token,
+        # Jupyter would otherwise move to the next port when this one is busy, and the
+        # address gpulab shows would be another session's (or nobody's).
+        "JUPYTER_PORT_RETRIES": "0",
     }
 
 

@@ -69,7 +69,15 @@ class JobAdmin(admin.ModelAdmin):
         "dependency",
         "array",
         "array_index",
+        # A session's rules are applied at submission (jobs.sessions); its port is the
+        # start's; the preemptor is the scheduler's.
+        "interactive",
+        "session_port",
+        "preempted_for",
     ]
+    # The session's secret opens its owner's notebook as them: nobody else, an admin
+    # neither, reads it (jobs.selectors.sessions_access).
+    exclude = ["session_token"]
     inlines = [JobEventInline]
     actions = ["cancel"]
 

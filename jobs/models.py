@@ -74,6 +74,9 @@ class Job(models.Model):
     # port on its node and a secret token to reach it (jobs.sessions). The port is the
     # current attempt's (assigned at each start); the token is the owner's to see.
     interactive = models.BooleanField(default=False)
+    # While PREEMPTING: the job its GPUs go to (None for a move or a drain). The scheduler
+    # does not let that job claim more victims while these checkpoint.
+    preempted_for = models.PositiveIntegerField(null=True, blank=True)
     session_port = models.PositiveIntegerField(null=True, blank=True)
     session_token = models.CharField(max_length=64, blank=True)
 

@@ -320,14 +320,16 @@ def sessions_access(*, jobs: Sequence[Job], viewer: User) -> dict[int, SessionAc
         name, address = node_of[job.pk]
         port = job.session_port
         assert port is not None  # filtered above
-        host = "localhost" if gateway else address
+        # An IPv6 address is bracketed in a URL and in ssh's -L, as agents.ssh does.
+        bracketed = f"[{address}]" if ":" in address else address
+        host = "localhost" if gateway else bracketed
         access[job.pk] = SessionAccess(
             node=name,
             address=address,
             port=port,
             url=f"http://{host}:{port}/",
             tunnel=(
-                f"ssh -N -L {port}:{shlex.quote(address)}:{port} {shlex.quote(gateway)}"
+                f"ssh -N -L {port}:{shlex.quote(bracketed)}:{port} {shlex.quote(gateway)}"
                 if gateway
                 else ""
             ),

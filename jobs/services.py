@@ -404,6 +404,8 @@ def job_transition(
             # Rounds write positions on PENDING rows only: one left on a job that leaves
             # the queue (cancelled, started) would be shown as its place for ever.
             updates.setdefault("queue_position", None)
+        if from_state == JobState.PREEMPTING:
+            updates.setdefault("preempted_for", None)  # its GPUs are no longer on their way
         if from_state == JobState.RUNNING and to_state != JobState.RUNNING:
             # An idle warning is about this run (jobs.idle_services): the next run is
             # judged afresh, and a page never shows a deadline that no longer applies.
@@ -742,6 +744,7 @@ def job_preempt(*, job_id: int, reason: str, by_job_id: int | None = None) -> Jo
         actor=EventActor.SCHEDULER,
         message=f"Preempted{cause}: {reason}",
         reason=f"Preempted{cause}: {reason}",
+        preempted_for=by_job_id,
     )
 
 

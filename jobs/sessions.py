@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from cluster.models import Device
 from config.errors import IllegalTransition
+from scheduler.selectors import STOP_CONFIRM_TIMEOUT_SECONDS
 
 from . import validation
-from .choices import HOLDING_STATES, Consolidation
+from .choices import Consolidation
 from .models import Job
 
 
@@ -64,19 +68,29 @@ def session_token_new() -> str:
 
 
 def session_port_assign(*, device_ids: Sequence[int]) -> int:
-    """The lowest port of `GPULAB_SESSION_PORTS` that no session holding GPUs on the node
-    of `device_ids` has; call inside the start's transaction (rounds are serialized by
-    their lock, so two starts never race for one port)."""
-    node_id = Device.objects.filter(pk__in=device_ids).values_list("node_id", flat=True).first()
-    used = set(
-        Job.objects.filter(
-            interactive=True,
-            state__in=HOLDING_STATES,
-            session_port__isnull=False,
-            allocations__ended_at__isnull=True,
-            allocations__device__node_id=node_id,
-        ).values_list("session_port", flat=True)
+    """The lowest port of `GPULAB_SESSION_PORTS` no other session may still be listening
+    on: on the node of `device_ids`, or anywhere with a gateway (its tunnels all end on
+    the user's localhost, so two sessions on two nodes must differ too). Call inside the
+    start's transaction (rounds are serialized by their lock, so two starts never race).
+
+    A session still listening is one with an allocation not yet released: holding GPUs,
+    or ended (cancelled, timed out) while the node poll has not yet stopped its process,
+    as `scheduler.selectors.devices_stopping` counts it.
+    """
+    stopping_since = timezone.now() - timedelta(seconds=STOP_CONFIRM_TIMEOUT_SECONDS)
+    # One Q, so every condition is about the same allocation row.
+    listening = Q(allocations__released_at__isnull=True) & (
+        Q(allocations__ended_at__isnull=True)
+        | Q(
+            allocations__ended_at__gte=stopping_since,
+            allocations__device__node__simulated=False,  # demo nodes stop at once
+        )
     )
+    if not settings.GPULAB_SESSION_GATEWAY:
+        node_id = Device.objects.filter(pk__in=device_ids).values_list("node_id", flat=True).first()
+        listening &= Q(allocations__device__node_id=node_id)
+    sessions = Job.objects.filter(listening, interactive=True, session_port__isnull=False)
+    used = set(sessions.values_list("session_port", flat=True))
     first, last = settings.GPULAB_SESSION_PORTS
     for port in range(first, last + 1):
         if port not in used:

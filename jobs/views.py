@@ -216,6 +216,11 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     estimate = start_forecast_of(job)
     # The idle-reaping settings matter to a running job only (its warning, the Keep form).
     idle = scheduler_config_get() if job.state == JobState.RUNNING else None
+    # Whether the idle sweep judges this job: batch jobs while reaping is on, sessions on
+    # their own window whatever `idle_reap` says (jobs.idle_services).
+    judged = idle is not None and (
+        idle.idle_reap or (job.interactive and idle.session_idle_minutes > 0)
+    )
     # A session's address while it holds GPUs; its token only for its owner (the selector
     # decides), who gets it in the link, as Jupyter takes it: `?token=`.
     session = (
@@ -252,10 +257,10 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             "now": now,
             # Idle reaping (jobs.idle_services): the warning and its deadline, the admin's
             # exemption, and whether an admin may grant one here.
-            "idle_reap": idle is not None and idle.idle_reap,
+            "idle_reap": judged,
             "idle_deadline": (
                 job.idle_warned_at + timedelta(minutes=idle.idle_grace_minutes)
-                if idle is not None and idle.idle_reap and job.idle_warned_at
+                if idle is not None and judged and job.idle_warned_at
                 else None
             ),
             "idle_kept": job.idle_exempt_until

@@ -275,7 +275,7 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
         "attained_service", "service_since_promotion", "executed_since_promotion",
         "waiting_since_promotion", "queue_level", "queue_entered_at", "pending_since",
         "retry_not_before", "reason", "queue_position", "attempt", "image", "command_text",
-        "interactive",
+        "interactive", "preempted_for",
     )  # fmt: skip
     # Nor is a pending job whose owner's account is disabled, or whose owner left the
     # job's group: it is left out with a reason of its own for the apply step to store
@@ -357,6 +357,7 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                     user=row["owner__username"],
                     group=row["group__name"],
                     devices=stopping_devices,
+                    for_job=row["preempted_for"],
                 )
             )
             # Its service is charged only when it leaves its devices: until then it is live
@@ -426,8 +427,10 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                 model=row["image"],
                 throughputs=speeds_of(rates.get(job_id, ())),
                 # A session's state lives in memory: the scheduler never preempts it
-                # (jobs.sessions); its walltime and idle reaping end it.
+                # (jobs.sessions), but for a guarantee it borrows beyond (its walltime and
+                # idle reaping end it).
                 preemptible=not row["interactive"],
+                reclaimable=row["interactive"],
                 pending_since=pending_since,
             )
         )

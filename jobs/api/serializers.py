@@ -105,6 +105,16 @@ class JobIdsField(serializers.JSONField):
     pass
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false only, as every other field takes its JSON type only: "yes" or 1
+    for a session is a typo to report, not a guess to make."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 class JobSubmitInput(serializers.Serializer):
     """What a client sends to submit a job. Unknown fields are refused, not ignored:
     a typo such as `gpus` must not silently become the default of 1 GPU."""
@@ -179,7 +189,7 @@ class JobSubmitInput(serializers.Serializer):
         help_text="At most this many of the array's tasks hold GPUs at once (Slurm's %N).",
     )
 
-    interactive = serializers.BooleanField(
+    interactive = StrictBooleanField(
         required=False,
         default=False,
         help_text="An interactive session (Jupyter, a shell): never preempted, at most "

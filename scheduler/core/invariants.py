@@ -36,7 +36,8 @@ def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
     1. Every decision names a known job, and no job gets two decisions (start/preempt/hold).
     2. Starts are for pending jobs, preemptions for running jobs, holds for pending jobs;
        every pending job that does not start is held (so users always see a reason).
-    3. A preempted job is preemptible and past its minimum runtime.
+    3. A preempted job is preemptible (or reclaimable, for another job) and past its
+       minimum runtime.
     4. A start gets exactly `num_gpus` distinct, known, schedulable devices of accepted
        types on schedulable nodes, none busy, none held by a running job that keeps running, none
        given to another start; `required` consolidation stays on one node.
@@ -61,11 +62,13 @@ def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
 
     settings = snapshot.settings
     preempted = set(preempt_ids)
+    preempted_by = {preempt.job_id: preempt.by_job_id for preempt in decisions.preemptions}
     for job_id in preempt_ids:
         job = jobs[job_id]
         if job_id not in running:
             _fail(f"job {job_id} is preempted but not running")
-        if not job.preemptible:
+        if not job.preemptible and not (job.reclaimable and preempted_by[job_id] is not None):
+            # A reclaimable job only for another job (a guarantee's reclaim), never moved.
             _fail(f"job {job_id} is preempted but not preemptible")
         if job.started_at is not None and snapshot.now - job.started_at < settings.min_runtime:
             _fail(f"job {job_id} is preempted inside its minimum runtime")

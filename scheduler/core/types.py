@@ -116,6 +116,9 @@ class Job:
     model: str = ""
     throughputs: tuple[tuple[str, float], ...] = ()
     preemptible: bool = True
+    # Not preemptible, except to give a group its guarantee back when this job runs beyond
+    # its own group's (an interactive session: Run:ai's non-preemptible-within-quota).
+    reclaimable: bool = False
 
     # Perfect knowledge, set by the simulator only (SRTF/SRSF reference policies).
     # Total work in normalized GPU-seconds; remaining = total_work - attained_service.
@@ -144,6 +147,9 @@ class StoppingJob:
     user: str
     group: str | None
     devices: tuple[int, ...]
+    # The waiting job its devices go to once it lets go of them (the preemption's
+    # claimant); None for a move, a drain or a cancel.
+    for_job: int | None = None
 
 
 # 3600 x 2^i GPU-seconds, i = 0..10: Tiresias' first threshold (1 GPU-hour), then doubling

@@ -859,7 +859,7 @@ class Gate:
     type_speeds: dict[str, float] = field(default_factory=dict)  # schedulable types' speeds
 
 
-def efficiency_gate(snapshot: Snapshot) -> Gate:
+def efficiency_gate(snapshot: Snapshot, *, exempt: frozenset[int] = frozenset()) -> Gate:
     """Narrow each waiting job's accepted types by the efficiency gate.
 
     Steps:
@@ -869,7 +869,8 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
     2. Prices from every job still to serve, waiting or running, each weighted by its
        expected remaining work (`backlog_prices`); none with a single device type.
     3. Each waiting job keeps the types it accepts where its efficiency is at least
-       `allox_efficiency_gate` (never none: its most efficient type always qualifies).
+       `allox_efficiency_gate` (never none: its most efficient type always qualifies);
+       one in `exempt` keeps them all.
 
     Jobs are grouped by (throughputs, accepted types), so a 10,000-job queue of a few models
     costs a few profile computations and one small LP.
@@ -925,7 +926,11 @@ def efficiency_gate(snapshot: Snapshot) -> Gate:
 
     jobs: list[Job] = []
     for job in snapshot.jobs:
-        types = None if job.is_running else narrowed[(job.throughputs, job.accepted_types)]
+        # `exempt`: waiting jobs inside their group's guarantee keep every type they accept.
+        if job.is_running or job.id in exempt:
+            jobs.append(job)
+            continue
+        types = narrowed[(job.throughputs, job.accepted_types)]
         if types is not None:
             types = tuple(t for t in types if holds(job, t))
         jobs.append(replace(job, accepted_types=types) if types else job)

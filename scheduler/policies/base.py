@@ -179,11 +179,13 @@ def run_pass(
     preempt_reason: PreemptReason = default_preempt_reason,
     max_victims: int = 0,
     starving: frozenset[int] = frozenset(),
+    uncapped: frozenset[int] = frozenset(),
 ) -> Decisions:
     """Decide starts, preemptions and holds for `ordered` (every active job, best first).
 
     `max_victims` (0 = no limit) caps how many running jobs one pending job may preempt;
-    a job in `starving` is exempt and takes the widest victims first (the fewest jobs
+    a job in `starving` or `uncapped` is exempt, and one in `starving` takes the widest
+    victims first (the fewest jobs
     displaced for the devices it needs).
 
     Steps:
@@ -295,7 +297,8 @@ def run_pass(
     layers_above: dict[int, list[tuple[FreeCounts, dict[str, int]]]] = {}
     never_fits: dict[tuple[int, tuple[str, ...], Consolidation], Reason | None] = {}
     fit_at_start: dict[tuple[int, tuple[str, ...], Consolidation, int], bool] = {}
-    held_shape: dict[tuple[int, tuple[str, ...], Consolidation, int, bool], Reason | None] = {}
+    HeldShape = tuple[int, tuple[str, ...], Consolidation, int, bool, bool]
+    held_shape: dict[HeldShape, Reason | None] = {}
     types_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
     device_by_id = snapshot.device_by_id
     ahead: AheadCounts = {}
@@ -334,7 +337,10 @@ def run_pass(
         limited = has_limits and ledger.is_limited(job)
         # A starving job may preempt where a same-shaped job may not: its own memo entries.
         is_starving = job_id in starving
-        shape = (num_gpus, accepted, consolidation, job_class, is_starving)
+        # Exempt from the victim cap: a starving job, and one in `uncapped` (a guarantee's
+        # reclaim, which still takes the lowest-priority victims first).
+        exempt = is_starving or job_id in uncapped
+        shape = (num_gpus, accepted, consolidation, job_class, exempt, is_starving)
         if not limited and shape in held_shape:
             # Same shape as a job already held since capacity last changed: same answer.
             reason = held_shape[shape]
@@ -392,7 +398,7 @@ def run_pass(
                 # place), so one list per class serves the whole walk.
                 layers = [(free, free_totals)] + [b for c, b in buckets.items() if c > job_class]
                 layers_above[job_class] = layers
-            capped = not is_starving and num_gpus >= fail_capped.get(pool_key, _NO_FAILURE)
+            capped = not exempt and num_gpus >= fail_capped.get(pool_key, _NO_FAILURE)
             if capped:
                 # A smaller job of this shape already needed too many victims; this one is
                 # held by the cap too if the victims could hold it at all.
@@ -416,7 +422,7 @@ def run_pass(
                         walked,
                         victims_widest_first if is_starving else None,
                     )
-                    if max_victims and not is_starving and len(chosen) > max_victims:
+                    if max_victims and not exempt and len(chosen) > max_victims:
                         # Displacing several jobs for one is what makes fine queues churn.
                         fail_capped[pool_key] = min(
                             num_gpus, fail_capped.get(pool_key, _NO_FAILURE)

@@ -8,11 +8,15 @@ that run beyond their own group's guarantee. What it runs beyond G is borrowed: 
 while others leave GPUs idle (up to its `max_gpus`), and reclaimable.
 
 Which jobs a guarantee covers (`guarantee_cover`), per group with a guarantee:
-1. GPUs its stopping jobs still hold count first (they are in use until they exit).
-2. Its running jobs, best first in the round's order, while they fit in what is left: a
-   group holding no more than its guarantee has every running job covered.
-3. Then its pending jobs, best first, while they fit (a job too big for what is left is
-   skipped, the ones behind it may still fit: backfill inside the guarantee).
+1. Running jobs: GPUs the group runs beyond its guarantee are borrowed, and the borrowed
+   jobs are its lowest in the round's order whose GPUs fit in that excess; the others are
+   covered. A group holding no more than its guarantee has every running job covered,
+   and reclaiming never takes a group below its guarantee. Stopping jobs' GPUs are being
+   given back already: they expose no other job.
+2. Then its pending jobs, best first, in what is left of the guarantee once its running
+   and stopping jobs are counted; a job too big for what is left, or one that could not
+   start anyway (over a quota, too big for any node it accepts), is skipped and the ones
+   behind it may still fit.
 
 How the round honours the cover (`decide_tiresias`):
 - Covered jobs go first in the order, each tier in the round's own order, so a covered
@@ -22,17 +26,28 @@ How the round honours the cover (`decide_tiresias`):
   (`withinClusterQueue: Never`): a group at its guarantee competes for more by borrowing.
 - A covered waiting job may preempt any uncovered running job past its minimum runtime, at
   once (no patience, no queue margin, no victim cap: a guarantee that waits for LAS's
-  churn control is no guarantee), taking the widest victims first, as a starving job does.
+  churn control is no guarantee), the lowest in the order first; the efficiency gate does
+  not narrow it, and the starvation guard's reservation does not hold it back. While
+  jobs preempted for it checkpoint, it claims no more (`incoming_gpus`; a starving job
+  neither).
 - AlloX's window step keeps the covered jobs' starts (it may not hand them to others).
+- A job that is not preemptible but reclaimable (an interactive session) is never
+  preempted by LAS, moved or evicted; beyond its group's guarantee a covered waiting job
+  may still take its GPUs (`reclaimable_for_the_pass`), as Run:ai lets interactive work
+  be non-preemptible only within its project's quota.
 Groups without a guarantee, and jobs without a group, are never covered: with no
-guarantee set anywhere the round is exactly the plain Tiresias round.
+guarantee set anywhere the round is the plain Tiresias round (where, too, a job whose
+victims still checkpoint claims no more).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
-from scheduler.core.types import Job, JobPhase, Snapshot
+from scheduler.core.types import Consolidation, Job, Snapshot
+from scheduler.policies.fairness import QuotaLedger
 
 # Preemption class of covered jobs: below every other class (queues are >= 0), so a covered
 # running job is nobody's victim and a covered waiting job may claim any uncovered one.
@@ -41,21 +56,85 @@ COVERED_CLASS = -1
 
 def guarantee_cover(snapshot: Snapshot, ordered: Sequence[Job]) -> frozenset[int]:
     """The ids of the jobs their group's guarantee covers this round (module docstring)."""
-    left = {group.name: group.guaranteed_gpus for group in snapshot.groups}
-    left = {name: gpus for name, gpus in left.items() if gpus > 0}
-    if not left:
+    guarantee = {group.name: group.guaranteed_gpus for group in snapshot.groups}
+    guarantee = {name: gpus for name, gpus in guarantee.items() if gpus > 0}
+    if not guarantee:
         return frozenset()
+    covered: set[int] = set()
+    # 1. Running jobs: what a group runs beyond its guarantee is borrowed, and the borrowed
+    #    jobs are its lowest in the order whose GPUs fit in that excess; the rest are
+    #    covered. So reclaiming never takes a group below its guarantee (a 4-GPU job of a
+    #    group 2 GPUs over stays covered), and GPUs already being given back (stopping
+    #    jobs) are not borrowed any more: they do not expose another job.
+    running_gpus: dict[str, int] = defaultdict(int)
+    for job in ordered:
+        if job.is_running and job.group in guarantee:
+            running_gpus[job.group] += job.num_gpus
+    borrowed = {name: running_gpus[name] - gpus for name, gpus in guarantee.items()}
+    for job in reversed(ordered):
+        group = job.group
+        if not job.is_running or group not in guarantee:
+            continue
+        if job.num_gpus <= borrowed[group]:
+            borrowed[group] -= job.num_gpus  # borrowed: reclaimable
+        else:
+            covered.add(job.id)
+    # 2. Waiting jobs, best first, in what is left once running and stopping jobs are
+    #    counted; a job that cannot start (over a quota, or too big for any node it
+    #    accepts) is skipped rather than allowed to use up the guarantee.
+    left = {name: gpus - running_gpus[name] for name, gpus in guarantee.items()}
     for stopping in snapshot.stopping_jobs:
         if stopping.group in left:
             left[stopping.group] -= len(stopping.devices)
-    covered: set[int] = set()
-    for phase in (JobPhase.RUNNING, JobPhase.PENDING):
-        for job in ordered:
-            group = job.group
-            if job.phase is phase and group in left and job.num_gpus <= left[group]:
-                covered.add(job.id)
-                left[group] -= job.num_gpus
+    runnable = _runnable(snapshot, ordered)
+    for job in ordered:
+        group = job.group
+        if job.is_running or group not in left or job.num_gpus > left[group]:
+            continue
+        if runnable(job):
+            covered.add(job.id)
+            left[group] -= job.num_gpus
     return frozenset(covered)
+
+
+def _runnable(snapshot: Snapshot, ordered: Sequence[Job]) -> Callable[[Job], bool]:
+    """Whether a waiting job could start if room were made: no quota of its owner or group
+    blocks it, and some schedulable node (or the cluster, unless it needs one node) has
+    enough GPUs of a type it accepts."""
+    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
+    total: dict[str, int] = defaultdict(int)
+    per_node: dict[tuple[str, str], int] = defaultdict(int)
+    for device in snapshot.devices:
+        if device.schedulable and node_ok.get(device.node, True):
+            total[device.device_type] += 1
+            per_node[(device.device_type, device.node)] += 1
+    largest: dict[str, int] = defaultdict(int)
+    for (device_type, _), count in per_node.items():
+        largest[device_type] = max(largest[device_type], count)
+    ledger = QuotaLedger(snapshot, [job for job in ordered if job.is_running])
+    all_types = tuple(sorted(total))
+
+    def runnable(job: Job) -> bool:
+        types = job.accepted_types or all_types
+        room = largest if job.consolidation is Consolidation.REQUIRED else total
+        if not any(room.get(t, 0) >= job.num_gpus for t in types):
+            return False
+        if ledger.has_limits and ledger.is_limited(job):
+            return ledger.allowed_types(job, types)[1] is None
+        return True
+
+    return runnable
+
+
+def incoming_gpus(snapshot: Snapshot) -> dict[int, int]:
+    """Per waiting job, the GPUs of jobs preempted for it that are still checkpointing:
+    they are its once they let go, so it claims no more victims meanwhile (otherwise each
+    round of the grace period would take yet another job for the same start)."""
+    incoming: dict[int, int] = defaultdict(int)
+    for stopping in snapshot.stopping_jobs:
+        if stopping.for_job is not None:
+            incoming[stopping.for_job] += len(stopping.devices)
+    return incoming
 
 
 def covered_first(ordered: Sequence[Job], covered: frozenset[int]) -> list[Job]:
@@ -67,12 +146,46 @@ def covered_first(ordered: Sequence[Job], covered: frozenset[int]) -> list[Job]:
     ]
 
 
-def reclaim_reason(victim: Job, by: Job, guaranteed: int) -> str:
-    """Why `victim` is preempted for a covered job."""
+def reclaimable_for_the_pass(
+    snapshot: Snapshot, ordered: Sequence[Job], covered: frozenset[int], classes: dict[int, int]
+) -> tuple[Snapshot, list[Job]]:
+    """The snapshot and order the pass sees: a running reclaimable job (a session) that no
+    guarantee covers becomes a victim for covered waiting jobs only.
+
+    It is marked preemptible for the pass alone, ranked first among the uncovered jobs
+    (the last victim chosen), with class 0: every waiting job's class
+    but a covered one's (-1) is 0 or more, and a victim's must be strictly greater, so LAS
+    never takes it. The steps after the pass (AlloX's moves and evictions) see the real
+    snapshot, where it is not preemptible. Unchanged when no waiting job is covered.
+    """
+    jobs = snapshot.job_by_id
+    if not any(not jobs[job_id].is_running for job_id in covered):
+        return snapshot, list(ordered)
+    opened = {
+        job.id: replace(job, preemptible=True)
+        for job in ordered
+        if job.is_running and not job.preemptible and job.reclaimable and job.id not in covered
+    }
+    if not opened:
+        return snapshot, list(ordered)
+    classes.update(dict.fromkeys(opened, 0))
+    jobs_for_pass = tuple(opened.get(job.id, job) for job in snapshot.jobs)
+    # Right behind the covered jobs: still after the covered waiting jobs (a victim must
+    # not have been walked yet), but ranked above every other running job, so victims
+    # (taken lowest first) are batch jobs, which checkpoint, before sessions, which do not.
+    order = [job for job in ordered if job.id in covered]
+    order += [opened[job.id] for job in ordered if job.id in opened]
+    order += [job for job in ordered if job.id not in covered and job.id not in opened]
+    return replace(snapshot, jobs=jobs_for_pass), order
+
+
+def reclaim_reason(victim: Job, by: Job) -> str:
+    """Why `victim` is preempted for a covered job (the claimant's guarantee, a number only
+    admins and its members see, is not told)."""
     borrower = f"group {victim.group}" if victim.group is not None else "its owner"
     return (
-        f"job {by.id} of group {by.group} is inside its group's guarantee of {guaranteed} "
-        f"GPUs and needs its devices; this job runs beyond what {borrower} is guaranteed"
+        f"job {by.id} of group {by.group} takes back GPUs its group is guaranteed; this job "
+        f"runs beyond what {borrower} is guaranteed"
     )
 
 
@@ -90,7 +203,7 @@ def next_reclaim(
         for job in snapshot.jobs
         if job.is_running
         and job.id not in covered
-        and job.preemptible
+        and (job.preemptible or job.reclaimable)
         and job.started_at is not None
         and job.started_at + min_runtime > now
     ]

@@ -35,8 +35,10 @@ from scheduler.policies.guarantees import (
     COVERED_CLASS,
     covered_first,
     guarantee_cover,
+    incoming_gpus,
     next_reclaim,
     reclaim_reason,
+    reclaimable_for_the_pass,
 )
 from scheduler.policies.placement import (
     FreeCounts,
@@ -273,6 +275,8 @@ def reserve_for_starving(
     decisions: Decisions,
     levels: Mapping[int, int],
     blocked: int | None,
+    *,
+    keep: frozenset[int] = frozenset(),
 ) -> Decisions:
     """The starvation guard's reservation: while the first starving job in the order is
     held for capacity (`blocked`), jobs of lower queues behind it do not start on devices
@@ -292,10 +296,13 @@ def reserve_for_starving(
     # it does not accept (or was narrowed away from, `efficiency_gate`) keeps nothing from it.
     wanted = snapshot.job_by_id[blocked].accepted_types
     device_by_id = snapshot.device_by_id
+    # A start inside its group's guarantee (`keep`) is never cut: the guarantee is the
+    # group's whatever waits elsewhere.
     cut = {
         start.job_id
         for start in decisions.starts
-        if position[start.job_id] > position[blocked]
+        if start.job_id not in keep
+        and position[start.job_id] > position[blocked]
         and levels[start.job_id] >= floor
         and (not wanted or any(device_by_id[d].device_type in wanted for d in start.device_ids))
     }
@@ -387,22 +394,30 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
        covered job's possible victim leaves its minimum runtime.
     """
     original = snapshot
-    gate = efficiency_gate(snapshot)
+    # Queues, order and the guarantees' cover do not depend on accepted types, so they are
+    # read before the gate, which then leaves covered waiting jobs alone: narrowed to a
+    # type only covered jobs hold, a job would wait beside borrowers it may reclaim.
+    queues = tiresias_queues(original)
+    ordered = tiresias_order(original, queues, within_queue)
+    covered = guarantee_cover(original, ordered)
+    waiting_ids = {job.id for job in original.jobs if not job.is_running}
+    covered_waiting = frozenset(covered & waiting_ids)
+    gate = efficiency_gate(original, exempt=covered_waiting)
     snapshot = gate.snapshot
-    queues = tiresias_queues(snapshot)
-    ordered = tiresias_order(snapshot, queues, within_queue)
-    covered = guarantee_cover(snapshot, ordered)
-    ordered = covered_first(ordered, covered)
     jobs = snapshot.job_by_id
-    covered_waiting = frozenset(job_id for job_id in covered if not jobs[job_id].is_running)
-    guaranteed = {group.name: group.guaranteed_gpus for group in snapshot.groups}
+    ordered = covered_first([jobs[job.id] for job in ordered], covered)
     levels = queues.levels
-    starving = starving_jobs(snapshot)
+    # Jobs whose victims are still checkpointing claim no more (`incoming_gpus`).
+    incoming = incoming_gpus(snapshot)
+    served = frozenset(
+        job_id for job_id in waiting_ids if incoming.get(job_id, 0) >= jobs[job_id].num_gpus
+    )
+    starving = starving_jobs(snapshot) - served
     now = snapshot.now
 
     def reason(victim: Job, by: Job) -> str:
         if by.id in covered:
-            return reclaim_reason(victim, by, guaranteed[by.group or ""])
+            return reclaim_reason(victim, by)
         if by.id in starving:
             return (
                 f"job {by.id} has waited {pending_for(by, now) / 3600.0:.1f} h and needs its "
@@ -412,23 +427,27 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
 
     classes = preemption_classes(snapshot, levels, starving)
     classes.update(dict.fromkeys(covered, COVERED_CLASS))
+    classes.update(dict.fromkeys(served, NO_PREEMPTION))
+    pass_snapshot, pass_order = reclaimable_for_the_pass(
+        snapshot, ordered, covered - served, classes
+    )
     decisions = run_pass(
-        snapshot,
-        ordered,
+        pass_snapshot,
+        pass_order,
         preemption_class=classes,
         levels=levels,
         queue_changes=queues.changes,
         preempt_reason=reason,
         max_victims=snapshot.settings.max_victims,
-        # Exempt from the victim cap, widest victims first: a starving job, and a job
-        # taking back its group's guarantee.
-        starving=starving | covered_waiting,
+        starving=starving,
+        # A job taking back its group's guarantee is not held to the victim cap.
+        uncapped=covered_waiting,
     )
     blocked = first_blocked_starving(snapshot, decisions, starving)
     decisions = allox_rematch(snapshot, decisions, keep=covered_waiting)
     decisions = evict_inefficient(gate, decisions, classes)
     decisions = fill_idle_devices(original, gate, decisions)
-    decisions = reserve_for_starving(snapshot, decisions, levels, blocked)
+    decisions = reserve_for_starving(snapshot, decisions, levels, blocked, keep=covered)
     decisions = explain_narrowing(original, snapshot, decisions)
     held_covered = [jobs[hold.job_id] for hold in decisions.holds if hold.job_id in covered]
     wakes = [

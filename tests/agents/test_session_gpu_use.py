@@ -34,3 +34,12 @@ def test_processes_nobody_can_attribute_record_nothing(node):
     nvml.gpus[0].processes = [SimProcess(pid=1, usedGpuMemory=1 << 30)]
     beat(node, nvml, job_of=lambda pid: None)
     assert not JobGpuSample.objects.exists()
+
+
+def test_a_job_still_starting_records_nothing(node):
+    """Pulling its image, a job has no process on its GPU: no sign of idleness."""
+    nvml = SimulatedNvml([SimGpu(uuid="GPU-aa", utilization_pct=0)])
+    beat(node, nvml)
+    started_job(node, command=JUPYTER)  # STARTING
+    beat(node, nvml)
+    assert not JobGpuSample.objects.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from accounts.models import AuditEntry, LabGroup
 from accounts.services import group_quota_update, user_quota_update
@@ -135,8 +136,15 @@ def test_a_round_reclaims_a_groups_guarantee_from_a_borrower(owner, outsider, vi
         return
     assert borrower.state == JobState.PREEMPTING
     event = JobEvent.objects.filter(job=borrower, to_state=JobState.PREEMPTING).get()
-    assert f"job #{newcomer.pk}" in event.message and "guarantee of 4 GPUs" in event.message
+    assert f"job #{newcomer.pk}" in event.message
+    assert "takes back GPUs its group is guaranteed" in event.message
+    # While it checkpoints, its GPUs are on their way to the newcomer, which claims no more.
+    assert borrower.preempted_for == newcomer.pk
+    snapshot, _ = snapshot_build(now=timezone.now(), settings=SchedulerSettings())
+    assert [(s.id, s.for_job) for s in snapshot.stopping_jobs] == [(borrower.pk, newcomer.pk)]
     simulated_tick(grace_seconds=0)
+    borrower.refresh_from_db()
+    assert borrower.state == JobState.PENDING and borrower.preempted_for is None
     scheduling_round_run()
     newcomer.refresh_from_db()
     assert newcomer.state in {JobState.STARTING, JobState.RUNNING}

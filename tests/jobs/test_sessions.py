@@ -13,7 +13,7 @@ from agents.services import _launch_spec
 from config.errors import ValidationFailed
 from jobs.choices import JobState
 from jobs.idle_services import jobs_idle_sweep
-from jobs.models import Job
+from jobs.models import Allocation, Job
 from jobs.services import JobSpec, job_cancel, job_start, job_submit
 from scheduler.core.types import SchedulerSettings
 from scheduler.snapshot import snapshot_build
@@ -95,9 +95,22 @@ def test_each_running_session_of_a_node_gets_its_own_port(owner, small_cluster, 
         job_start(job_id=third.pk, device_ids=[a0[2].pk])
     third.refresh_from_db()
     assert third.state == JobState.PENDING and not third.allocations.exists()
-    # A session that ends frees its port for the next.
+    # A session that ends frees its port once the node poll has stopped its process: until
+    # then the server may still be listening there.
     job_cancel(job_id=first.pk, by=owner)
+    with pytest.raises(Exception, match="Every session port"):
+        job_start(job_id=third.pk, device_ids=[a0[2].pk])
+    Allocation.objects.filter(job=first).update(released_at=timezone.now())
     assert job_start(job_id=third.pk, device_ids=[a0[2].pk]).session_port == 31000
+
+
+def test_with_a_gateway_ports_differ_across_nodes(owner, small_cluster, settings):
+    """Every tunnel ends on the user's localhost: two sessions on two nodes must differ."""
+    settings.GPULAB_SESSION_GATEWAY = "login.lab.example"
+    first, second = session(owner), session(owner)
+    a0, a1 = device(small_cluster, "a0", 0), device(small_cluster, "a1", 0)
+    assert job_start(job_id=first.pk, device_ids=[a0.pk]).session_port == 30000
+    assert job_start(job_id=second.pk, device_ids=[a1.pk]).session_port == 30001
 
 
 def test_the_launch_carries_the_port_and_token_and_docker_publishes_it(owner, small_cluster):
@@ -109,6 +122,7 @@ def test_the_launch_carries_the_port_and_token_and_docker_publishes_it(owner, sm
     port, token = str(notebook.session_port), notebook.session_token
     assert environment["GPULAB_SESSION_PORT"] == environment["JUPYTER_PORT"] == port
     assert environment["GPULAB_SESSION_TOKEN"] == environment["JUPYTER_TOKEN"] == token
+    assert environment["JUPYTER_PORT_RETRIES"] == "0"  # never another port than shown
     argv = runtimes.docker_run_argv(spec)
     assert argv[argv.index("--publish") + 1] == f"{port}:{port}"
     batch = job_start(
@@ -183,3 +197,52 @@ def test_a_session_idle_window_under_five_minutes_is_refused():
     with pytest.raises(ValidationError) as failure:
         configure(session_idle_minutes=3)
     assert "session_idle_minutes" in failure.value.message_dict
+
+
+def test_an_ipv6_node_is_bracketed_in_the_address_and_the_tunnel(owner, small_cluster, settings):
+    from cluster.models import Node
+    from jobs.selectors import sessions_access
+
+    gpu = device(small_cluster, "a0", 0)
+    Node.objects.filter(pk=gpu.node_id).update(address="2001:db8::5")
+    notebook = job_start(job_id=session(owner).pk, device_ids=[gpu.pk])
+    access = sessions_access(jobs=[notebook], viewer=owner)[notebook.pk]
+    assert access.url == "http://[2001:db8::5]:30000/"
+    settings.GPULAB_SESSION_GATEWAY = "login.lab.example"
+    access = sessions_access(jobs=[notebook], viewer=owner)[notebook.pk]
+    assert access.tunnel == "ssh -N -L 30000:'[2001:db8::5]':30000 login.lab.example"
+    assert access.url == "http://localhost:30000/"
+
+
+def test_the_django_admin_never_shows_the_token_nor_lets_a_job_become_a_session(
+    owner, lab_admin, small_cluster
+):
+    from tests.dashboard.helpers import logged_in
+
+    notebook = session(owner)
+    page = logged_in(lab_admin).get(f"/admin/jobs/job/{notebook.pk}/change/").content.decode()
+    assert notebook.session_token not in page
+    assert 'name="session_token"' not in page and 'name="interactive"' not in page
+
+
+def test_a_warned_sessions_page_shows_the_warning_and_keep_while_batch_reaping_is_off(
+    owner, lab_admin, small_cluster
+):
+    from tests.dashboard.helpers import logged_in
+
+    configure(idle_reap=False, session_idle_minutes=120)
+    notebook = running_for(owner, device(small_cluster, "a0", 0), 130, interactive=True)
+    assert jobs_idle_sweep(now=timezone.now()).warned == [notebook.pk]
+    owners_page = logged_in(owner).get(f"/jobs/{notebook.pk}/").content.decode()
+    assert "Idle: this job will be cancelled at" in owners_page
+    admins_page = logged_in(lab_admin).get(f"/jobs/{notebook.pk}/").content.decode()
+    assert f"/jobs/{notebook.pk}/keep/" in admins_page
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, None])
+def test_the_api_takes_a_json_boolean_for_interactive_only(owner, small_cluster, api_as, value):
+    body = {"image": "x/y", "command": ["true"], "interactive": value}
+    response = api_as(owner).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400
+    assert list(response.json()) == ["interactive"]
+    assert not Job.objects.exists()

@@ -67,7 +67,10 @@ def test_a_group_inside_its_guarantee_takes_its_gpus_back_at_once(
     assert len(started(decisions)[1]) == 4
     assert sorted(preempted(decisions).values()) == [1, 1, 1, 1]
     reason = next(p.reason for p in decisions.preemptions)
-    assert "guarantee of 4 GPUs" in reason and "beyond what group nlp is guaranteed" in reason
+    assert reason == (
+        "job 1 of group vision takes back GPUs its group is guaranteed; this job runs beyond "
+        "what group nlp is guaranteed"
+    )
 
 
 @TIRESIAS
@@ -328,3 +331,255 @@ def test_allox_keeps_the_start_of_a_covered_job() -> None:
             gpulab_defaults=True,
         )
         assert set(started(decide(snap))) == {winner}, vision
+
+
+# ----------------------------------------------------------------------------- sessions
+
+
+def session_of(job_id: int, device_id: int, group: str, **fields: object):  # type: ignore[no-untyped-def]
+    """A running interactive session: not preemptible, but reclaimable (scheduler.snapshot)."""
+    fields.setdefault("started_at", NOW - 3600.0)
+    return running(
+        job_id, (device_id,), user="bob", group=group, preemptible=False, reclaimable=True, **fields
+    )
+
+
+@TIRESIAS
+@PLACED
+def test_a_session_beyond_its_groups_guarantee_is_reclaimed_but_batch_borrowers_go_first(
+    policy: str, placement: PlacementKind
+) -> None:
+    # nlp (no guarantee) runs 6 sessions and 2 batch jobs; vision takes back 4.
+    sessions = [session_of(10 + i, i, "nlp") for i in range(6)]
+    batch = [
+        running(20 + i, (6 + i,), user="bob", group="nlp", started_at=NOW - 3600.0)
+        for i in range(2)
+    ]
+    snap = snapshot(
+        [*sessions, *batch, vision_job(gpus=4)],
+        EIGHT,
+        now=NOW,
+        policy=policy,
+        placement=placement,
+        groups=groups(vision=4),
+        gpulab_defaults=True,
+    )
+    decisions = decide(snap)  # the invariants accept a reclaimed session
+    victims = set(preempted(decisions))
+    assert len(victims) == 4 and {20, 21} <= victims
+    assert 1 in started(decisions)
+
+
+@TIRESIAS
+def test_a_session_is_never_preempted_by_las_nor_inside_its_groups_guarantee(policy: str) -> None:
+    # vision's two sessions are inside its guarantee of 2; nlp's is beyond its (none), but
+    # only LAS wants it: nlp's own fresh job, not covered by anything.
+    jobs = [
+        session_of(10, 0, "vision", attained_service=9e6, service_since_promotion=9e6),
+        session_of(11, 1, "vision", attained_service=9e6, service_since_promotion=9e6),
+        *[
+            session_of(12 + i, 2 + i, "nlp", attained_service=9e6, service_since_promotion=9e6)
+            for i in range(6)
+        ],
+        pending(1, 1, user="carol", group="nlp", submit_time=0.0, pending_since=0.0),
+        vision_job(2, gpus=1),
+    ]
+    snap = snapshot(
+        jobs, EIGHT, now=NOW, policy=policy, groups=groups(vision=2), gpulab_defaults=True
+    )
+    decisions = decide(snap)
+    assert preempted(decisions) == {}
+    assert started(decisions) == {}
+
+
+def test_without_any_guarantee_a_session_is_never_preempted() -> None:
+    jobs = [
+        *[
+            session_of(10 + i, i, "nlp", attained_service=9e6, service_since_promotion=9e6)
+            for i in range(8)
+        ],
+        pending(1, 8, user="carol", group="vision", submit_time=0.0, pending_since=0.0),
+    ]
+    snap = snapshot(jobs, EIGHT, now=NOW, groups=groups(), gpulab_defaults=True)
+    assert preempted(decide(snap)) == {}
+
+
+def test_the_invariants_refuse_a_reclaimable_job_preempted_for_nobody() -> None:
+    from scheduler.core.invariants import InvariantViolation, check_decisions
+    from scheduler.core.types import Decisions, Preempt
+
+    snap = snapshot([session_of(10, 0, "nlp")], EIGHT, now=NOW)
+    moved = Decisions(preemptions=(Preempt(10, "moving to a faster GPU", None),), order=(10,))
+    with pytest.raises(InvariantViolation, match="not preemptible"):
+        check_decisions(snap, moved)
+
+
+# ----------------------------------------------------------------------------- review cases
+
+
+def test_gpus_being_given_back_expose_no_other_job_of_the_group() -> None:
+    """nlp (guarantee 2) ran three jobs; one is checkpointing for vision's job. Its other
+    two are its guarantee: vision's job, still waiting for the GPU, takes nothing more."""
+    nlp = [running(10 + i, (i,), user="bob", group="nlp", started_at=NOW - 3600.0) for i in (0, 1)]
+    stopping = StoppingJob(id=12, user="bob", group="nlp", devices=(2,), for_job=1)
+    snap = snapshot(
+        [*nlp, vision_job(gpus=1)],
+        devices({"n1": ("a100", 3)}),
+        now=NOW,
+        groups=groups(vision=2, nlp=2),
+        gpulab_defaults=True,
+        busy=[2],
+    )
+    snap = replace(snap, stopping_jobs=(stopping,))
+    assert guarantee_cover(snap, snap.jobs) >= {10, 11}
+    assert preempted(decide(snap)) == {}
+
+
+@TIRESIAS
+def test_a_job_whose_victims_still_checkpoint_claims_no_more(policy: str) -> None:
+    """Vision's 2-GPU job preempted one 2-GPU borrower for itself; while that one
+    checkpoints (rounds every 10 s, a 30 s grace) it must not take another."""
+    borrowers = [
+        running(20 + i, (2 * i, 2 * i + 1), user="bob", group="nlp", started_at=NOW - 3600.0)
+        for i in range(3)
+    ]
+    stopping = StoppingJob(id=23, user="bob", group="nlp", devices=(6, 7), for_job=1)
+    snap = snapshot(
+        [*borrowers, vision_job(gpus=2)],
+        EIGHT,
+        now=NOW,
+        policy=policy,
+        groups=groups(vision=2),
+        gpulab_defaults=True,
+        busy=[6, 7],
+    )
+    assert preempted(decide(replace(snap, stopping_jobs=(stopping,)))) == {}
+    # The control: the same GPUs stopping for another reason (a move, a cancel).
+    other = replace(stopping, for_job=None)
+    assert len(preempted(decide(replace(snap, stopping_jobs=(other,))))) == 1
+
+
+def test_a_reclaim_takes_the_lowest_victims_not_the_widest() -> None:
+    """A 1-GPU reclaim takes one of eight 1-GPU borrowers, not the 8-GPU one."""
+    sixteen = devices({"n1": ("a100", 8), "n2": ("a100", 8)})
+    wide = running(
+        10, range(8), user="bob", group="nlp", started_at=NOW - 3600.0,
+        attained_service=8 * 3600.0, service_since_promotion=8 * 3600.0,
+    )  # fmt: skip
+    small = [
+        running(
+            11 + i,
+            (8 + i,),
+            user="eve",
+            group="nlp",
+            started_at=NOW - 3600.0,
+            attained_service=72_000.0,
+            service_since_promotion=72_000.0,
+        )
+        for i in range(8)
+    ]
+    snap = snapshot(
+        [wide, *small, vision_job(gpus=1)], sixteen, now=NOW, groups=groups(vision=1),
+        gpulab_defaults=True,
+    )  # fmt: skip
+    victims = preempted(decide(snap))
+    assert len(victims) == 1 and 10 not in victims
+
+
+def test_a_reclaim_never_takes_a_group_below_its_guarantee() -> None:
+    """nlp (guarantee 4) runs an old 4-GPU job and a fresh 2-GPU one: it borrows 2, so
+    only the 2-GPU job is reclaimable, even though the 4-GPU one ranks lower."""
+    old = running(
+        10, (0, 1, 2, 3), user="bob", group="nlp", started_at=NOW - 7200.0,
+        attained_service=200_000.0, service_since_promotion=200_000.0,
+    )  # fmt: skip
+    fresh = running(11, (4, 5), user="bob", group="nlp", started_at=NOW - 3600.0)
+    protected = running(12, (6, 7), user="dave", group=None, started_at=NOW - 60.0)
+    snap = snapshot(
+        [old, fresh, protected, vision_job(gpus=2)], EIGHT, now=NOW,
+        groups=groups(vision=2, nlp=4), gpulab_defaults=True,
+    )  # fmt: skip
+    assert preempted(decide(snap)) == {11: 1}
+
+
+def test_a_job_that_could_not_start_anyway_does_not_use_up_the_guarantee() -> None:
+    """Carol is at her own cap: her waiting job is not covered, bob's is."""
+    carol = [
+        running(20 + i, (i,), user="carol", group="vision", started_at=NOW - 3600.0) for i in (0, 1)
+    ]
+    nlp = [
+        running(30 + i, (2 + i,), user="eve", group="nlp", started_at=NOW - 3600.0)
+        for i in range(6)
+    ]
+    carol_more = vision_job(2, gpus=2, submit_time=NOW - 120.0, pending_since=NOW - 120.0)
+    bob = pending(
+        3, 2, user="bob", group="vision", submit_time=NOW - 60.0, pending_since=NOW - 60.0
+    )
+    snap = snapshot(
+        [*carol, *nlp, carol_more, bob], EIGHT, now=NOW, groups=groups(vision=4),
+        users=[Account("carol", quota=Quota(max_gpus=2))], gpulab_defaults=True,
+    )  # fmt: skip
+    decisions = decide(snap)
+    assert 3 in started(decisions)
+    assert held(decisions)[2] == "QuotaExceeded: user max GPUs 2"
+
+
+def test_the_starvation_guards_reservation_does_not_hold_a_covered_job() -> None:
+    """Vision's 4-GPU job is starving and blocked (seven GPUs inside their minimum
+    runtime); nlp's covered 1-GPU job, of a lower queue, still starts on the free GPU: its
+    guarantee is its own whatever waits elsewhere. Without nlp's guarantee it is held."""
+    others = [
+        running(20 + i, (i,), user="dave", group="other", started_at=NOW - 100.0) for i in range(7)
+    ]
+    starving = pending(
+        1, 4, user="carol", group="vision", submit_time=NOW - 7200.0, pending_since=NOW - 7200.0
+    )
+    small = pending(
+        2, 1, user="bob", group="nlp", submit_time=NOW - 60.0, pending_since=NOW - 60.0,
+        attained_service=20_000.0, service_since_promotion=20_000.0,
+        executed_since_promotion=20_000.0,
+    )  # fmt: skip
+    for nlp, expected in ((2, {2: (7,)}), (0, {})):
+        snap = snapshot(
+            [*others, starving, small], EIGHT, now=NOW,
+            groups=[*groups(vision=4, nlp=nlp), Account("other")], gpulab_defaults=True,
+        )  # fmt: skip
+        assert started(decide(snap)) == expected
+
+
+@TIRESIAS
+def test_the_efficiency_gate_does_not_narrow_a_covered_job(policy: str) -> None:
+    """Vision's ResNet would be narrowed to V100s, all inside nlp's guarantee; it takes a
+    borrower's K80 instead of waiting beside it."""
+    mixed = devices({"a": ("v100", 4), "k": ("k80", 4)}, speed={"v100": 3.0, "k80": 1.0})
+    resnet = (("v100", 3.0), ("k80", 0.4))
+    rec = (("v100", 1.0), ("k80", 1.4))
+    nlp = [
+        running(10 + i, (i,), user="bob", group="nlp", started_at=NOW - 3600.0, throughputs=resnet)
+        for i in range(4)
+    ]
+    other = [
+        running(
+            20 + i, (4 + i,), user="dave", group="other", started_at=NOW - 3600.0, throughputs=rec
+        )
+        for i in range(4)
+    ]
+    backlog = [
+        pending(
+            40 + i,
+            1,
+            user="eve",
+            group="other",
+            submit_time=NOW - 30.0,
+            pending_since=NOW - 30.0,
+            throughputs=rec,
+        )
+        for i in range(4)
+    ]
+    snap = snapshot(
+        [*nlp, *other, *backlog, vision_job(gpus=1, throughputs=resnet)],
+        mixed, now=NOW, policy=policy, placement=PlacementKind.ALLOX,
+        groups=[*groups(vision=2, nlp=4), Account("other")], gpulab_defaults=True,
+    )  # fmt: skip
+    decisions = decide(snap)
+    assert 1 in started(decisions) and len(preempted(decisions)) == 1
