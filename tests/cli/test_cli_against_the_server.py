@@ -7,13 +7,10 @@ import io
 import os
 import stat
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 from django.utils import timezone
 
-from accounts.models import User
 from accounts.services import api_token_create
 from agents.models import AttemptLog
 from cli.__main__ import main, watch
@@ -21,40 +18,10 @@ from cli.client import Client
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from scheduler.models import StartForecast
+from tests.cli.conftest import Terminal
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Terminal(io.StringIO):
-    """Captured output that says it is, or is not, a terminal."""
-
-    def __init__(self, tty: bool = False) -> None:
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self) -> bool:
-        return self.tty
-
-
-@pytest.fixture
-def as_user(live_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """as_user(user) -> run(*argv) -> (exit status, stdout, stderr) as that user."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("GPULAB_URL", live_server.url)
-
-    def for_user(user: User):  # type: ignore[no-untyped-def]
-        _, key = api_token_create(user=user, name="cli")
-
-        def run(*argv: str) -> tuple[int, str]:
-            monkeypatch.setenv("GPULAB_TOKEN", key)
-            out = Terminal()
-            status = main(list(argv), out=out)
-            return status, out.getvalue()
-
-        return run
-
-    return for_user
 
 
 def test_submit_stores_the_argv_exactly_and_the_options_as_the_api_takes_them(

@@ -4,20 +4,17 @@ answer, and the command against the real app over HTTP."""
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from accounts.models import DeviceTypeQuota, LabGroup, User
-from accounts.services import api_token_create
-from cli.__main__ import cmd_quota, main
+from accounts.models import DeviceTypeQuota, LabGroup
+from cli.__main__ import cmd_quota
 from cli.render import QUOTA_HEADERS, quota_rows, table
 from cluster.models import DeviceType
 from jobs.choices import JobState
+from tests.cli.conftest import Terminal
 from tests.dashboard.helpers import device, hold
 from tests.factories import JobFactory
 
@@ -81,11 +78,6 @@ class Answering:
         return ANSWER
 
 
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return False
-
-
 def test_the_command_prints_that_table_or_the_json() -> None:
     out = Terminal()
     assert cmd_quota(argparse.Namespace(json=False), Answering(), out) == 0  # type: ignore[arg-type]
@@ -101,26 +93,6 @@ def test_the_command_prints_that_table_or_the_json() -> None:
 def _cells(line: str) -> list[str]:
     """A table line's cells: the table puts two spaces or more between them, one within."""
     return re.split(r" {2,}", line)
-
-
-@pytest.fixture
-def as_user(live_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """as_user(user) -> run(*argv) -> (exit status, stdout) as that user."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("GPULAB_URL", live_server.url)
-
-    def for_user(user: User):  # type: ignore[no-untyped-def]
-        _, key = api_token_create(user=user, name="cli")
-
-        def run(*argv: str) -> tuple[int, str]:
-            monkeypatch.setenv("GPULAB_TOKEN", key)
-            out = Terminal()
-            status = main(list(argv), out=out)
-            return status, out.getvalue()
-
-        return run
-
-    return for_user
 
 
 @pytest.fixture

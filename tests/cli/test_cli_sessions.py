@@ -12,7 +12,7 @@ from cli.client import Client
 from cli.render import session_fields
 from jobs.choices import JobState
 from jobs.models import Job
-from tests.cli.test_cli_against_the_server import Terminal, as_user  # noqa: F401
+from tests.cli.conftest import Terminal
 from tests.dashboard.helpers import device, hold
 from tests.factories import JobFactory
 
@@ -118,7 +118,7 @@ def test_session_fields(job, fields):
 
 
 @live
-def test_submit_interactive_makes_a_session(small_cluster, owner, as_user):  # noqa: F811
+def test_submit_interactive_makes_a_session(small_cluster, owner, as_user):
     status, out = as_user(owner)(
         "submit", "--interactive", "jupyter/base-notebook", "--", "jupyter", "lab", "--no-browser"
     )
@@ -131,7 +131,7 @@ def test_submit_interactive_makes_a_session(small_cluster, owner, as_user):  # n
 
 
 @live
-def test_a_refused_session_names_the_option(small_cluster, owner, as_user, capsys):  # noqa: F811
+def test_a_refused_session_names_the_option(small_cluster, owner, as_user, capsys):
     status, _ = as_user(owner)("submit", "--interactive", "--time", "13h", "img:1", "--", "sh")
 
     assert status == 1
@@ -152,7 +152,7 @@ def test_show_gives_the_owner_the_address_and_an_admin_no_token(
     small_cluster,
     owner,
     lab_admin,
-    as_user,  # noqa: F811
+    as_user,
 ):
     job = _running_session(owner, small_cluster)
 
@@ -165,7 +165,7 @@ def test_show_gives_the_owner_the_address_and_an_admin_no_token(
 
 
 @live
-def test_jobs_marks_sessions(small_cluster, owner, as_user):  # noqa: F811
+def test_jobs_marks_sessions(small_cluster, owner, as_user):
     notebook = _running_session(owner, small_cluster)
     Job.objects.filter(pk=notebook.pk).update(name="notebook")
     JobFactory(owner=owner, name="train", state=JobState.PENDING)
