@@ -52,6 +52,8 @@ from scheduler.policies.fairness import QuotaLedger
 # Preemption class of covered jobs: below every other class (queues are >= 0), so a covered
 # running job is nobody's victim and a covered waiting job may claim any uncovered one.
 COVERED_CLASS = -1
+# What every reclaim's reason says (tests tell reclaims from LAS preemptions by it).
+RECLAIM_PHRASE = "takes back GPUs its group is guaranteed"
 
 
 def guarantee_cover(snapshot: Snapshot, ordered: Sequence[Job]) -> frozenset[int]:
@@ -184,8 +186,8 @@ def reclaim_reason(victim: Job, by: Job) -> str:
     admins and its members see, is not told)."""
     borrower = f"group {victim.group}" if victim.group is not None else "its owner"
     return (
-        f"job {by.id} of group {by.group} takes back GPUs its group is guaranteed; this job "
-        f"runs beyond what {borrower} is guaranteed"
+        f"job {by.id} of group {by.group} {RECLAIM_PHRASE}; this job runs beyond what "
+        f"{borrower} is guaranteed"
     )
 
 

@@ -30,6 +30,7 @@ from scheduler.core.types import (
 )
 from scheduler.policies import POLICIES, decide
 from scheduler.policies.fifo import FIFO_IGNORED_SETTINGS
+from scheduler.policies.guarantees import RECLAIM_PHRASE
 from scheduler.policies.placement import (
     PLACERS,
     candidate_types,
@@ -255,7 +256,7 @@ def test_tiresias_only_preempts_for_a_job_in_a_higher_priority_queue(
         if preempt.by_job_id is None:
             assert placement is PlacementKind.ALLOX and "moving to" in preempt.reason
             continue
-        if "inside its group's guarantee" not in preempt.reason:
+        if RECLAIM_PHRASE not in preempt.reason:
             assert levels[preempt.by_job_id] < levels[preempt.job_id]
         victim_devices = set(snap.job_by_id[preempt.job_id].devices)
         assert starts.get(preempt.by_job_id, set()) & victim_devices, preempt
