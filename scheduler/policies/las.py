@@ -400,17 +400,21 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
     queues = tiresias_queues(original)
     ordered = tiresias_order(original, queues, within_queue)
     covered = guarantee_cover(original, ordered)
-    waiting_ids = {job.id for job in original.jobs if not job.is_running}
-    covered_waiting = frozenset(covered & waiting_ids)
+    covered_waiting = frozenset(
+        job_id for job_id in covered if not original.job_by_id[job_id].is_running
+    )
     gate = efficiency_gate(original, exempt=covered_waiting)
     snapshot = gate.snapshot
     jobs = snapshot.job_by_id
-    ordered = covered_first([jobs[job.id] for job in ordered], covered)
+    if snapshot is not original:  # the gate narrowed jobs: the order holds its copies
+        ordered = [jobs[job.id] for job in ordered]
+    ordered = covered_first(ordered, covered)
     levels = queues.levels
     # Jobs whose victims are still checkpointing claim no more (`incoming_gpus`).
-    incoming = incoming_gpus(snapshot)
     served = frozenset(
-        job_id for job_id in waiting_ids if incoming.get(job_id, 0) >= jobs[job_id].num_gpus
+        job_id
+        for job_id, gpus in incoming_gpus(snapshot).items()
+        if job_id in jobs and not jobs[job_id].is_running and gpus >= jobs[job_id].num_gpus
     )
     starving = starving_jobs(snapshot) - served
     now = snapshot.now
