@@ -219,7 +219,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     # Whether the idle sweep judges this job: batch jobs while reaping is on, sessions on
     # their own window whatever `idle_reap` says (jobs.idle_services).
     judged = idle is not None and (
-        idle.idle_reap or (job.interactive and idle.session_idle_minutes > 0)
+        idle.session_idle_minutes > 0 if job.interactive else idle.idle_reap
     )
     # A session's address while it holds GPUs; its token only for its owner (the selector
     # decides), who gets it in the link, as Jupyter takes it: `?token=`.

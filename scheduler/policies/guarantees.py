@@ -63,27 +63,22 @@ def guarantee_cover(snapshot: Snapshot, ordered: Sequence[Job]) -> frozenset[int
     if not guarantee:
         return frozenset()
     covered: set[int] = set()
-    # 1. Running jobs: what a group runs beyond its guarantee is borrowed, and the borrowed
-    #    jobs are its lowest in the order whose GPUs fit in that excess; the rest are
-    #    covered. So reclaiming never takes a group below its guarantee (a 4-GPU job of a
-    #    group 2 GPUs over stays covered), and GPUs already being given back (stopping
-    #    jobs) are not borrowed any more: they do not expose another job.
-    running_gpus: dict[str, int] = defaultdict(int)
+    # 1. Running jobs: what a group runs beyond its guarantee is borrowed (reclaimable),
+    #    the rest covered (`_borrowed`). So reclaiming never takes a group below its
+    #    guarantee, and GPUs already being given back (stopping jobs) are not borrowed any
+    #    more: they do not expose another job.
+    running: dict[str, list[Job]] = defaultdict(list)
     for job in ordered:
         if job.is_running and job.group in guarantee:
-            running_gpus[job.group] += job.num_gpus
-    borrowed = {name: running_gpus[name] - gpus for name, gpus in guarantee.items()}
-    for job in reversed(ordered):
-        group = job.group
-        if not job.is_running or group not in guarantee:
-            continue
-        if job.num_gpus <= borrowed[group]:
-            borrowed[group] -= job.num_gpus  # borrowed: reclaimable
-        else:
-            covered.add(job.id)
+            running[job.group].append(job)
+    running_gpus = {name: sum(job.num_gpus for job in running[name]) for name in guarantee}
+    for name, jobs in running.items():
+        borrowed = _borrowed(jobs, running_gpus[name] - guarantee[name])
+        covered.update(job.id for job in jobs if job.id not in borrowed)
     # 2. Waiting jobs, best first, in what is left once running and stopping jobs are
-    #    counted; a job that cannot start (over a quota, or too big for any node it
-    #    accepts) is skipped rather than allowed to use up the guarantee.
+    #    counted; a job that cannot start (over a quota, counting the jobs covered before
+    #    it, or too big for any node it accepts) is skipped rather than allowed to use up
+    #    the guarantee.
     left = {name: gpus - running_gpus[name] for name, gpus in guarantee.items()}
     for stopping in snapshot.stopping_jobs:
         if stopping.group in left:
@@ -97,6 +92,32 @@ def guarantee_cover(snapshot: Snapshot, ordered: Sequence[Job]) -> frozenset[int
             covered.add(job.id)
             left[group] -= job.num_gpus
     return frozenset(covered)
+
+
+def _borrowed(jobs: Sequence[Job], excess: int) -> set[int]:
+    """Which of a group's running jobs (`jobs`, best first) are borrowed: a set whose GPUs
+    add up to as much of `excess` as any set can (never more: the group keeps its
+    guarantee), found by subset sum over GPU counts. Among sets of that size the one made
+    of batch jobs before sessions (a session's memory is lost when it stops, a batch job
+    checkpoints) and of the lowest-ranked jobs first.
+
+    Greedy lowest-first would miss sets: a group 4 over with 2-, 2- and 3-GPU jobs (the
+    3 lowest) would lend nothing back but the 3.
+    """
+    if excess <= 0:
+        return set()
+    # Lowest first, batch jobs before sessions: the first way found to a sum is kept, so
+    # the preferred jobs make it up.
+    candidates = sorted(reversed(jobs), key=lambda job: not job.preemptible and job.reclaimable)
+    reachable: dict[int, tuple[int, ...]] = {0: ()}
+    for index, job in enumerate(candidates):
+        for total, chosen in list(reachable.items()):
+            new_total = total + job.num_gpus
+            if new_total <= excess and new_total not in reachable:
+                reachable[new_total] = (*chosen, index)
+        if excess in reachable:
+            break
+    return {candidates[index].id for index in reachable[max(reachable)]}
 
 
 def _runnable(snapshot: Snapshot, ordered: Sequence[Job]) -> Callable[[Job], bool]:
@@ -117,12 +138,17 @@ def _runnable(snapshot: Snapshot, ordered: Sequence[Job]) -> Callable[[Job], boo
     all_types = tuple(sorted(total))
 
     def runnable(job: Job) -> bool:
+        """Also charges a runnable job to its owner's and group's quotas, so the next
+        job of the same owner is judged with it counted."""
         types = job.accepted_types or all_types
         room = largest if job.consolidation is Consolidation.REQUIRED else total
         if not any(room.get(t, 0) >= job.num_gpus for t in types):
             return False
         if ledger.has_limits and ledger.is_limited(job):
-            return ledger.allowed_types(job, types)[1] is None
+            allowed, block = ledger.allowed_types(job, types)
+            if block is not None:
+                return False
+            ledger.charge(job, {allowed[0]: job.num_gpus})
         return True
 
     return runnable
@@ -137,6 +163,35 @@ def incoming_gpus(snapshot: Snapshot) -> dict[int, int]:
         if stopping.for_job is not None:
             incoming[stopping.for_job] += len(stopping.devices)
     return incoming
+
+
+def served_by_incoming(snapshot: Snapshot, incoming: dict[int, int]) -> frozenset[int]:
+    """Waiting jobs that GPUs on their way (`incoming`) and the free GPUs of types they
+    accept would start: they claim no more victims this round (a job short of that may
+    still claim the rest)."""
+    if not incoming:
+        return frozenset()
+    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
+    held = {d for job in snapshot.jobs if job.is_running for d in job.devices}
+    free: dict[str, int] = defaultdict(int)
+    for device in snapshot.devices:
+        if (
+            device.schedulable
+            and node_ok.get(device.node, True)
+            and device.id not in held
+            and device.id not in snapshot.busy_device_ids
+        ):
+            free[device.device_type] += 1
+    jobs = snapshot.job_by_id
+    served = set()
+    for job_id, gpus in incoming.items():
+        job = jobs.get(job_id)
+        if job is None or job.is_running:
+            continue  # the claimant left (cancelled) or started: nothing to wait for
+        types = job.accepted_types or tuple(free)
+        if gpus + sum(free[t] for t in types if t in free) >= job.num_gpus:
+            served.add(job_id)
+    return frozenset(served)
 
 
 def covered_first(ordered: Sequence[Job], covered: frozenset[int]) -> list[Job]:

@@ -39,6 +39,7 @@ from scheduler.policies.guarantees import (
     next_reclaim,
     reclaim_reason,
     reclaimable_for_the_pass,
+    served_by_incoming,
 )
 from scheduler.policies.placement import (
     FreeCounts,
@@ -410,12 +411,9 @@ def decide_tiresias(snapshot: Snapshot, within_queue: WithinQueueKey) -> Decisio
         ordered = [jobs[job.id] for job in ordered]
     ordered = covered_first(ordered, covered)
     levels = queues.levels
-    # Jobs whose victims are still checkpointing claim no more (`incoming_gpus`).
-    served = frozenset(
-        job_id
-        for job_id, gpus in incoming_gpus(snapshot).items()
-        if job_id in jobs and not jobs[job_id].is_running and gpus >= jobs[job_id].num_gpus
-    )
+    # Jobs whose victims are still checkpointing claim no more (`incoming_gpus`), when
+    # those GPUs and the free ones they accept are enough for them.
+    served = served_by_incoming(snapshot, incoming_gpus(snapshot))
     starving = starving_jobs(snapshot) - served
     now = snapshot.now
 

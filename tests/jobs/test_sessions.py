@@ -246,3 +246,16 @@ def test_the_api_takes_a_json_boolean_for_interactive_only(owner, small_cluster,
     assert response.status_code == 400
     assert list(response.json()) == ["interactive"]
     assert not Job.objects.exists()
+
+
+def test_a_session_never_judged_gets_no_keep_form(owner, lab_admin, small_cluster):
+    from tests.dashboard.helpers import logged_in
+
+    configure(idle_reap=True, session_idle_minutes=0)
+    notebook = running_for(owner, device(small_cluster, "a0", 0), 30, interactive=True)
+    page = logged_in(lab_admin).get(f"/jobs/{notebook.pk}/").content.decode()
+    assert f"/jobs/{notebook.pk}/keep/" not in page
+    batch = running_for(owner, device(small_cluster, "a0", 1), 30, interactive=False)
+    assert (
+        f"/jobs/{batch.pk}/keep/" in logged_in(lab_admin).get(f"/jobs/{batch.pk}/").content.decode()
+    )

@@ -583,3 +583,72 @@ def test_the_efficiency_gate_does_not_narrow_a_covered_job(policy: str) -> None:
     )  # fmt: skip
     decisions = decide(snap)
     assert 1 in started(decisions) and len(preempted(decisions)) == 1
+
+
+# ----------------------------------------------------------------------------- re-review
+
+
+def test_the_borrowed_set_is_the_largest_that_keeps_the_guarantee() -> None:
+    """nlp (guarantee 3) runs 2 + 2 + 3 GPUs: it borrows 4, lent back as the two 2-GPU
+    jobs (greedy lowest-first would lend only the 3-GPU one, and vision would wait)."""
+    seven = devices({"n1": ("a100", 4), "n2": ("a100", 3)})
+    fresh = [
+        running(10 + i, (2 * i, 2 * i + 1), user="bob", group="nlp", started_at=NOW - 3600.0)
+        for i in range(2)
+    ]
+    old = running(
+        12, (4, 5, 6), user="bob", group="nlp", started_at=NOW - 7200.0,
+        attained_service=9e5, service_since_promotion=9e5,
+    )  # fmt: skip
+    snap = snapshot(
+        [*fresh, old, vision_job(gpus=4)], seven, now=NOW,
+        groups=groups(vision=4, nlp=3), gpulab_defaults=True,
+    )  # fmt: skip
+    assert preempted(decide(snap)) == {10: 1, 11: 1}
+
+
+def test_a_groups_batch_job_is_lent_back_before_its_session() -> None:
+    """nlp (guarantee 1) runs a session (4 h of service, the lowest) and a fresh batch
+    job: the batch job, which checkpoints, is the one it borrows."""
+    two = devices({"n1": ("a100", 2)})
+    notebook = session_of(10, 0, "nlp", attained_service=14_400.0, service_since_promotion=14_400.0)
+    batch = running(11, (1,), user="bob", group="nlp", started_at=NOW - 900.0)
+    snap = snapshot(
+        [notebook, batch, vision_job(gpus=1)], two, now=NOW,
+        groups=groups(vision=1, nlp=1), gpulab_defaults=True,
+    )  # fmt: skip
+    assert preempted(decide(snap)) == {11: 1}
+
+
+def test_a_job_with_gpus_on_their_way_and_enough_free_claims_no_more() -> None:
+    """Vision's 4-GPU job preempted one 2-GPU job and has 2 free GPUs beside it: while
+    that job checkpoints, no second victim."""
+    nlp = [
+        running(20 + i, (2 * i, 2 * i + 1), user="bob", group="nlp", started_at=NOW - 3600.0)
+        for i in range(2)
+    ]
+    stopping = StoppingJob(id=22, user="bob", group="nlp", devices=(4, 5), for_job=1)
+    snap = snapshot(
+        [*nlp, vision_job(gpus=4)], EIGHT, now=NOW, groups=groups(vision=4),
+        gpulab_defaults=True, busy=[4, 5],
+    )  # fmt: skip
+    assert preempted(decide(replace(snap, stopping_jobs=(stopping,)))) == {}
+
+
+def test_covering_charges_the_owners_quota_as_it_goes() -> None:
+    """Carol (cap 2) has two waiting 2-GPU jobs: only the first is covered, so bob's job
+    is covered too and both start."""
+    nlp = [
+        running(30 + i, (i,), user="eve", group="nlp", started_at=NOW - 3600.0) for i in range(8)
+    ]
+    carol = [vision_job(1 + i, gpus=2, submit_time=NOW - 120.0 + i) for i in range(2)]
+    carol = [replace(job, user="carol") for job in carol]
+    bob = pending(
+        3, 2, user="bob", group="vision", submit_time=NOW - 60.0, pending_since=NOW - 60.0
+    )
+    snap = snapshot(
+        [*nlp, *carol, bob], EIGHT, now=NOW, groups=groups(vision=4),
+        users=[Account("carol", quota=Quota(max_gpus=2))], gpulab_defaults=True,
+    )  # fmt: skip
+    assert guarantee_cover(snap, snap.jobs) == {1, 3}
+    assert set(started(decide(snap))) == {1, 3}
