@@ -97,9 +97,9 @@ def guarantee_cover(snapshot: Snapshot, ordered: Sequence[Job]) -> frozenset[int
 def _borrowed(jobs: Sequence[Job], excess: int) -> set[int]:
     """Which of a group's running jobs (`jobs`, best first) are borrowed: a set whose GPUs
     add up to as much of `excess` as any set can (never more: the group keeps its
-    guarantee), found by subset sum over GPU counts. Among sets of that size the one made
-    of batch jobs before sessions (a session's memory is lost when it stops, a batch job
-    checkpoints) and of the lowest-ranked jobs first.
+    guarantee), found by subset sum over GPU counts. Of the sets of that size it keeps the
+    first found going through batch jobs before sessions (a session's memory is lost when
+    it stops, a batch job checkpoints), each kind lowest-ranked first.
 
     Greedy lowest-first would miss sets: a group 4 over with 2-, 2- and 3-GPU jobs (the
     3 lowest) would lend nothing back but the 3.
