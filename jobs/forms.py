@@ -186,7 +186,8 @@ class JobSubmitForm(forms.Form):
 def session_help() -> str:
     """What ticking "Interactive session" means (jobs.sessions), with the lab's limits."""
     return (
-        "A notebook or shell you work in: never preempted; walltime "
+        "A notebook or shell you work in: not preempted (except to give another group back "
+        "GPUs it is guaranteed, when your group runs beyond its own guarantee); walltime "
         f"{settings.GPULAB_SESSION_DEFAULT_HOURS} h when none is given, at most "
         f"{settings.GPULAB_SESSION_MAX_HOURS} h; not retried, not an array, on one node. "
         "It gets a port and a token in its environment (JUPYTER_PORT, JUPYTER_TOKEN), and "

@@ -77,10 +77,7 @@ def jobs_idle_sweep(*, now: datetime) -> IdleSweep:
     sweep = IdleSweep()
     config = scheduler_config_get()
     # The idle window in minutes of batch jobs (False) and of sessions (True); 0 = off.
-    window_of = {
-        False: config.idle_window_minutes if config.idle_reap else 0,
-        True: config.session_idle_minutes,
-    }
+    window_of = {interactive: idle_window_of(config, interactive) for interactive in (False, True)}
     for interactive, minutes in window_of.items():
         if not minutes:
             # Switched off: warnings lapse, so switching it on again never cancels a job
@@ -163,6 +160,14 @@ def jobs_idle_sweep(*, now: datetime) -> IdleSweep:
             sweep.reaped,
         )
     return sweep
+
+
+def idle_window_of(config: SchedulerConfig, interactive: bool) -> int:
+    """The idle window (minutes) the sweep judges a job on: a session's own window, a batch
+    job's while reaping is on; 0 when it is not judged at all."""
+    if interactive:
+        return config.session_idle_minutes
+    return config.idle_window_minutes if config.idle_reap else 0
 
 
 def _running_jobs() -> dict[int, _Running]:

@@ -69,10 +69,11 @@ class Job(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_judged_from = models.DateTimeField(null=True, blank=True)
     idle_exempt_until = models.DateTimeField(null=True, blank=True)
-    # An interactive session (Jupyter, a shell, VS Code's server): never preempted by the
-    # scheduler, a bounded walltime, judged for idleness on its own window, and given a
-    # port on its node and a secret token to reach it (jobs.sessions). The port is the
-    # current attempt's (assigned at each start); the token is the owner's to see.
+    # An interactive session (Jupyter, a shell, VS Code's server): not preempted by LAS
+    # (only reclaimed beyond its group's guarantee), a bounded walltime, judged for
+    # idleness on its own window, and given a port on its node and a secret token to reach
+    # it (jobs.sessions). The port is the current attempt's (assigned at each start); the
+    # token is the owner's to see.
     interactive = models.BooleanField(default=False)
     # While PREEMPTING: the job its GPUs go to (None for a move or a drain). The scheduler
     # does not let that job claim more victims while these checkpoint.

@@ -62,7 +62,7 @@ class JobSpec:
     notify: Any = ""  # email the owner: "", "end", "fail" or "all" (Slurm's --mail-type)
     array_size: Any = None  # N: submit N tasks, GPULAB_ARRAY_INDEX 0..N-1 (Slurm's --array)
     array_max_running: Any = None  # at most this many tasks hold GPUs at once; None: no cap
-    interactive: Any = False  # a session (jobs.sessions): never preempted, bounded, a port
+    interactive: Any = False  # a session (jobs.sessions): not preempted, bounded, a port
 
 
 # --------------------------------------------------------------------------- submission

@@ -2,9 +2,11 @@
 
 What Open OnDemand, Determined's notebooks and Run:ai's interactive workloads give a lab,
 within gpulab's one job model: a session is a job with `interactive = True` that
-1. is never preempted by the scheduler (`scheduler.snapshot` marks it non-preemptible):
-   a notebook's state lives in memory and a preemption would lose it; so Run:ai runs
-   interactive workloads;
+1. is not preempted by LAS, moved or evicted (`scheduler.snapshot` marks it
+   non-preemptible but reclaimable): a notebook's state lives in memory and a preemption
+   would lose it. Only a group taking back its guarantee may stop one that runs beyond
+   its own group's guarantee (scheduler/policies/guarantees.py), as Run:ai keeps
+   interactive workloads non-preemptible within their project's quota;
 2. must end: its walltime is at most `GPULAB_SESSION_MAX_HOURS` (12), and
    `GPULAB_SESSION_DEFAULT_HOURS` (4) when it asks for none; it is never retried and is
    not an array; its GPUs are on one node;
@@ -52,7 +54,7 @@ def session_rules(spec: object, check: Callable[[str, list[str]], None]) -> tupl
             "walltime_seconds",
             [
                 f"A session runs at most {settings.GPULAB_SESSION_MAX_HOURS} h "
-                f"({most} s): it is never preempted, so it must end."
+                f"({most} s): the scheduler does not preempt it, so it must end."
             ],
         )
     if getattr(spec, "max_retries", 0) not in (0, None):

@@ -218,9 +218,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
     idle = scheduler_config_get() if job.state == JobState.RUNNING else None
     # Whether the idle sweep judges this job: batch jobs while reaping is on, sessions on
     # their own window whatever `idle_reap` says (jobs.idle_services).
-    judged = idle is not None and (
-        idle.session_idle_minutes > 0 if job.interactive else idle.idle_reap
-    )
+    judged = idle is not None and idle_services.idle_window_of(idle, job.interactive) > 0
     # A session's address while it holds GPUs; its token only for its owner (the selector
     # decides), who gets it in the link, as Jupyter takes it: `?token=`.
     session = (

@@ -132,7 +132,7 @@ class SchedulerConfig(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(MAX_IDLE_MINUTES)],
         help_text="After the warning, a job still idle this long is cancelled.",
     )
-    # Interactive sessions (jobs.sessions) are never preempted, so an idle one holds its
+    # Interactive sessions (jobs.sessions) are not preempted, so an idle one holds its
     # GPUs until its walltime: they are judged on their own window (longer: people think
     # between cells), whether or not batch jobs are reaped. 0 = sessions are not judged.
     session_idle_minutes = models.PositiveIntegerField(

@@ -280,7 +280,7 @@ if GPULAB_ADMIN_WEBHOOK_URL and not GPULAB_ADMIN_WEBHOOK_URL.startswith(("https:
     raise ImproperlyConfigured("GPULAB_ADMIN_WEBHOOK_URL must be an http(s) URL.")
 
 # Interactive sessions (jobs.sessions): the walltime one gets when it asks for none, the
-# most it may ask for (a session is never preempted, so it must end), and the TCP ports
+# most it may ask for (the scheduler does not preempt a session, so it must end), and the TCP ports
 # sessions are given on their node ("first-last").
 GPULAB_SESSION_DEFAULT_HOURS = env_int("GPULAB_SESSION_DEFAULT_HOURS", 4, minimum=1, maximum=168)
 GPULAB_SESSION_MAX_HOURS = env_int("GPULAB_SESSION_MAX_HOURS", 12, minimum=1, maximum=168)

@@ -192,7 +192,8 @@ class JobSubmitInput(serializers.Serializer):
     interactive = StrictBooleanField(
         required=False,
         default=False,
-        help_text="An interactive session (Jupyter, a shell): never preempted, at most "
+        help_text="An interactive session (Jupyter, a shell): not preempted (but for another "
+        "group's guarantee, when it runs beyond its own group's), at most "
         "GPULAB_SESSION_MAX_HOURS of walltime (GPULAB_SESSION_DEFAULT_HOURS when none is "
         "given), never retried, on one node, and given a port and a token in its environment "
         "(GPULAB_SESSION_PORT/_TOKEN, JUPYTER_PORT/_TOKEN); `session` in the answer says where "

@@ -92,7 +92,6 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from scheduler.core.types import (
-    Consolidation,
     Decisions,
     Device,
     Hold,
@@ -106,7 +105,7 @@ from scheduler.core.types import (
     Snapshot,
     Start,
 )
-from scheduler.policies.placement import choose_pools
+from scheduler.policies.placement import choose_pools, type_room
 from scheduler.policies.prices import TypePrices, backlog_prices, job_profile
 
 if TYPE_CHECKING:
@@ -910,19 +909,7 @@ def efficiency_gate(snapshot: Snapshot, *, exempt: frozenset[int] = frozenset())
         return Gate(snapshot, prices, type_speeds)
     # A type too small for the job (8 GPUs on a lab's four A100s) is no place to send it:
     # narrowed to it alone, the job would wait for good ("fewer than 8 schedulable a100").
-    total: dict[str, int] = {}
-    per_node: dict[tuple[str, str], int] = {}
-    for device in schedulable:
-        total[device.device_type] = total.get(device.device_type, 0) + 1
-        key = (device.device_type, device.node)
-        per_node[key] = per_node.get(key, 0) + 1
-    largest: dict[str, int] = {}
-    for (device_type, _), count in per_node.items():
-        largest[device_type] = max(largest.get(device_type, 0), count)
-
-    def holds(job: Job, device_type: str) -> bool:
-        room = largest if job.consolidation is Consolidation.REQUIRED else total
-        return room.get(device_type, 0) >= job.num_gpus
+    holds = type_room(schedulable)
 
     jobs: list[Job] = []
     for job in snapshot.jobs:

@@ -46,8 +46,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from scheduler.core.types import Consolidation, Job, Snapshot
+from scheduler.core.types import Decisions, Job, Snapshot
+from scheduler.policies.allox import free_after
 from scheduler.policies.fairness import QuotaLedger
+from scheduler.policies.placement import type_room
 
 # Preemption class of covered jobs: below every other class (queues are >= 0), so a covered
 # running job is nobody's victim and a covered waiting job may claim any uncovered one.
@@ -125,24 +127,16 @@ def _runnable(snapshot: Snapshot, ordered: Sequence[Job]) -> Callable[[Job], boo
     blocks it, and some schedulable node (or the cluster, unless it needs one node) has
     enough GPUs of a type it accepts."""
     node_ok = {node.name: node.schedulable for node in snapshot.nodes}
-    total: dict[str, int] = defaultdict(int)
-    per_node: dict[tuple[str, str], int] = defaultdict(int)
-    for device in snapshot.devices:
-        if device.schedulable and node_ok.get(device.node, True):
-            total[device.device_type] += 1
-            per_node[(device.device_type, device.node)] += 1
-    largest: dict[str, int] = defaultdict(int)
-    for (device_type, _), count in per_node.items():
-        largest[device_type] = max(largest[device_type], count)
+    schedulable = [d for d in snapshot.devices if d.schedulable and node_ok.get(d.node, True)]
+    holds = type_room(schedulable)
+    all_types = tuple(sorted({device.device_type for device in schedulable}))
     ledger = QuotaLedger(snapshot, [job for job in ordered if job.is_running])
-    all_types = tuple(sorted(total))
 
     def runnable(job: Job) -> bool:
         """Also charges a runnable job to its owner's and group's quotas, so the next
         job of the same owner is judged with it counted."""
         types = job.accepted_types or all_types
-        room = largest if job.consolidation is Consolidation.REQUIRED else total
-        if not any(room.get(t, 0) >= job.num_gpus for t in types):
+        if not any(holds(job, t) for t in types):
             return False
         if ledger.has_limits and ledger.is_limited(job):
             allowed, block = ledger.allowed_types(job, types)
@@ -171,17 +165,9 @@ def served_by_incoming(snapshot: Snapshot, incoming: dict[int, int]) -> frozense
     still claim the rest)."""
     if not incoming:
         return frozenset()
-    node_ok = {node.name: node.schedulable for node in snapshot.nodes}
-    held = {d for job in snapshot.jobs if job.is_running for d in job.devices}
     free: dict[str, int] = defaultdict(int)
-    for device in snapshot.devices:
-        if (
-            device.schedulable
-            and node_ok.get(device.node, True)
-            and device.id not in held
-            and device.id not in snapshot.busy_device_ids
-        ):
-            free[device.device_type] += 1
+    for device in free_after(snapshot, Decisions()):  # free before this round decides
+        free[device.device_type] += 1
     jobs = snapshot.job_by_id
     served = set()
     for job_id, gpus in incoming.items():

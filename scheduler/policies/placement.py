@@ -267,3 +267,24 @@ def get_placer(kind: PlacementKind) -> Placer:
     checkout (or a trimmed deployment) scheduling instead of crashing every round.
     """
     return PLACERS.get(kind, PLACERS[PlacementKind.BEST_FIT])
+
+
+def type_room(devices: Iterable[Device]) -> Callable[[Job, str], bool]:
+    """`holds(job, device_type)`: whether `devices` (the schedulable ones) have room for the
+    job on that type at all: on one node for a `required` job, anywhere for the others.
+    A type too small for a job (8 GPUs on a lab's four A100s) is no place to send it."""
+    total: dict[str, int] = {}
+    per_node: dict[tuple[str, str], int] = {}
+    for device in devices:
+        total[device.device_type] = total.get(device.device_type, 0) + 1
+        key = (device.device_type, device.node)
+        per_node[key] = per_node.get(key, 0) + 1
+    largest: dict[str, int] = {}
+    for (device_type, _), count in per_node.items():
+        largest[device_type] = max(largest.get(device_type, 0), count)
+
+    def holds(job: Job, device_type: str) -> bool:
+        room = largest if job.consolidation is Consolidation.REQUIRED else total
+        return room.get(device_type, 0) >= job.num_gpus
+
+    return holds

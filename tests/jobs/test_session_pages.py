@@ -74,7 +74,7 @@ def test_the_checkbox_help_gives_the_labs_session_limits(owner, settings):
     form = logged_in(owner).get("/jobs/submit/").context["form"]
 
     help_text = form.fields["interactive"].help_text
-    assert "never preempted" in help_text
+    assert "not preempted (except to give another group back" in help_text
     assert "walltime 3 h when none is given, at most 6 h" in help_text
     assert "jupyter lab --ip=0.0.0.0 --no-browser" in help_text
 
