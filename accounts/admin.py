@@ -8,7 +8,7 @@ from django.contrib.admin.utils import unquote
 from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import UserChangeForm
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
@@ -21,6 +21,7 @@ from .services import (
     api_tokens_revoke,
     default_group_errors,
     lab_group_members_set,
+    lab_group_save,
     user_account_save,
     user_lab_groups_set,
     user_password_set_audit,
@@ -189,7 +190,9 @@ class LabGroupAdmin(admin.ModelAdmin):
         "name", "weight", "guaranteed_gpus", "max_gpus", "max_running_jobs", "max_pending_jobs"
     ]  # fmt: skip
     search_fields = ["name", "description"]
-    filter_horizontal = ["members"]
+    filter_horizontal = ["members", "coordinators"]
+    # A URL typed without a scheme is taken as https (Django 6's default, said now).
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     inlines = [GroupDeviceTypeQuotaInline]
     # Weights and limits change only on the audited quota editor (/manage/quotas/); usage
     # only as jobs give their GPUs back (the scheduler's fair share is computed from it).
@@ -197,6 +200,11 @@ class LabGroupAdmin(admin.ModelAdmin):
         "weight", "guaranteed_gpus", "max_gpus", "max_running_jobs", "max_pending_jobs", "usage",
         "usage_updated_at",
     ]  # fmt: skip
+
+    def save_model(
+        self, request: HttpRequest, obj: LabGroup, form: forms.ModelForm, change: bool
+    ) -> None:
+        lab_group_save(actor=request.user, group=obj)
 
     def delete_model(self, request: HttpRequest, obj: LabGroup) -> None:
         accounts_delete(actor=request.user, accounts=[obj])
@@ -207,9 +215,13 @@ class LabGroupAdmin(admin.ModelAdmin):
     def save_related(
         self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool
     ) -> None:
-        # Members through the audited service first; Django's save_m2m then finds them set.
+        # Members and coordinators through the audited service first; Django's save_m2m
+        # then finds them set.
         lab_group_members_set(
-            actor=request.user, group=form.instance, members=form.cleaned_data["members"]
+            actor=request.user,
+            group=form.instance,
+            members=form.cleaned_data["members"],
+            coordinators=form.cleaned_data["coordinators"],
         )
         super().save_related(request, form, formsets, change)
 

@@ -8,13 +8,25 @@ user and group. A quota of NULL means "no limit".
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AbstractUser, UserManager
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from .choices import Role
+
+
+def webhook_url_validate(url: str) -> None:
+    """What URLValidator lets through but no request could use: a port beyond 65535."""
+    try:
+        urlsplit(url).port  # noqa: B018 (reading it is the check: it raises out of range)
+    except ValueError as exc:
+        raise ValidationError("Enter a valid URL: the port must be 0 to 65535.") from exc
 
 
 class QuotaFields(models.Model):
@@ -45,6 +57,24 @@ class LabGroup(QuotaFields):
         null=True,
         blank=True,
         help_text="GPUs the group can always get back (preempting borrowed ones).",
+    )
+    # Slurm's account coordinators (a PI, a TA): they see and cancel the jobs charged to
+    # this group and keep them from idle reaping. Not necessarily members: a PI who never
+    # submits still coordinates. Powers over accounts and quotas stay with lab admins.
+    coordinators = models.ManyToManyField(
+        "accounts.User",
+        related_name="coordinated_groups",
+        blank=True,
+        help_text="See and cancel every job charged to this group.",
+    )
+    # The group's own chat channel (Slack, Mattermost, any JSON webhook): hears when the
+    # group's jobs start and end (jobs.notifications). Set by a lab admin only: the
+    # control plane posts to it, so a user must not choose where.
+    webhook_url = models.URLField(
+        max_length=500,
+        blank=True,
+        validators=[URLValidator(schemes=["http", "https"]), webhook_url_validate],
+        help_text="Incoming-webhook URL told when this group's jobs start and end.",
     )
 
     class Meta:
@@ -110,6 +140,21 @@ class User(AbstractUser, QuotaFields):
     @property
     def is_lab_admin(self) -> bool:
         return self.role == Role.ADMIN
+
+    @cached_property
+    def coordinated_group_ids(self) -> frozenset[int]:
+        """The lab groups this person coordinates (LabGroup.coordinators). Read once per
+        instance: `request.user` lives for one request, so a page or an API call asks once
+        however often it checks."""
+        if self.pk is None:
+            return frozenset()
+        return frozenset(self.coordinated_groups.values_list("pk", flat=True))
+
+    @property
+    def sees_others_jobs(self) -> bool:
+        """Whether some job this person sees may be someone else's: an admin's view, or a
+        coordinator's (their groups' jobs). Pages show an Owner column then."""
+        return self.is_lab_admin or bool(self.coordinated_group_ids)
 
 
 class DeviceTypeQuota(models.Model):

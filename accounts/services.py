@@ -9,6 +9,7 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -270,29 +271,77 @@ def accounts_delete(*, actor: User, accounts: Iterable[User | LabGroup]) -> None
 
 
 def lab_group_members_set(
-    *, actor: User, group: LabGroup, members: Iterable[User]
+    *,
+    actor: User,
+    group: LabGroup,
+    members: Iterable[User],
+    coordinators: Iterable[User] | None = None,
 ) -> list[AuditEntry]:
-    """Make `members` exactly the group's members (the Django admin's group page) and audit
-    the change on the group: the usernames before and after. Returns the entries written.
+    """Make `members` exactly the group's members, and `coordinators` (unless None) exactly
+    its coordinators (the Django admin's group page), and audit each change on the group:
+    the usernames before and after. Returns the entries written.
 
-    Only lab admins may (PermissionDenied otherwise).
+    Only lab admins may (PermissionDenied otherwise): a coordinator sees the group's jobs,
+    so naming one is a lab admin's decision, as in Slurm (`sacctmgr add coordinator`).
     """
     if not actor.is_lab_admin:
         raise PermissionDenied("Only lab admins change lab groups.")
-    members = list(members)
+    people = {"members": list(members)}
+    if coordinators is not None:
+        people["coordinators"] = list(coordinators)
+    changes: dict[str, tuple[Any, Any]] = {}
     with transaction.atomic():
         LabGroup.objects.select_for_update(no_key=True).get(pk=group.pk)
-        before = sorted(group.members.values_list("username", flat=True))
-        after = sorted(member.username for member in members)
-        group.members.set(members)
-        if before == after:
+        for field, users in people.items():
+            related = getattr(group, field)
+            before = sorted(related.values_list("username", flat=True))
+            after = sorted(user.username for user in users)
+            related.set(users)
+            if before != after:
+                changes[field] = (before, after)
+        return audit_entries_write(
+            actor=actor,
+            target_kind=AuditEntry.TargetKind.GROUP,
+            target_name=group.name,
+            target_id=group.pk,
+            changes=changes,
+        )
+
+
+def webhook_audit_text(url: str) -> str:
+    """A webhook URL as the audit log keeps it: scheme, host and port only. The path of a
+    Slack or Mattermost incoming webhook is its secret, as are a password or a token in the
+    query, and the log is read by every admin and kept for good."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host_and_port = parts.netloc.rpartition("@")[2]  # brackets of an IPv6 address kept
+    return f"{parts.scheme}://{host_and_port}/…"
+
+
+def lab_group_save(*, actor: User, group: LabGroup) -> list[AuditEntry]:
+    """Save an admin's edit of a group's own fields (the Django admin's group page; `group`
+    holds the new values) and audit a change of its webhook, which decides where the
+    control plane posts about the group's jobs. Only lab admins may."""
+    if not actor.is_lab_admin:
+        raise PermissionDenied("Only lab admins change lab groups.")
+    with transaction.atomic():
+        if group.pk is None:
+            before = ""
+        else:
+            stored = LabGroup.objects.select_for_update(no_key=True).get(pk=group.pk)
+            before = stored.webhook_url
+        group.save()
+        if before == group.webhook_url:
             return []
         return audit_entries_write(
             actor=actor,
             target_kind=AuditEntry.TargetKind.GROUP,
             target_name=group.name,
             target_id=group.pk,
-            changes={"members": (before, after)},
+            changes={
+                "webhook_url": (webhook_audit_text(before), webhook_audit_text(group.webhook_url))
+            },
         )
 
 

@@ -42,7 +42,7 @@ from .services import (
 )
 from .simulated import simulated_heartbeats
 from .ssh import CommandTimedOut, HostKeyRefused, NodeUnreachable, SshMisconfigured
-from .webhooks import WebhookRefused, webhook_post
+from .webhooks import WebhookRefused, webhook_about, webhook_post, webhook_url_get
 
 logger = logging.getLogger(__name__)
 
@@ -273,13 +273,18 @@ def simulated_heartbeats_task() -> int:
 
 
 @shared_task(bind=True, name="agents.webhook_post", max_retries=3, time_limit=30)
-def webhook_post_task(self, payload: dict) -> bool:  # type: ignore[no-untyped-def]
-    """Post a node event to the admins' webhook; retried a minute apart, then dropped."""
+def webhook_post_task(self, payload: dict, group_id: int | None = None) -> bool:  # type: ignore[no-untyped-def]
+    """Post an event to the admins' webhook, or to group `group_id`'s (jobs.webhooks);
+    retried a minute apart, then dropped. False when dropped, or when there is no webhook
+    to post to any more: the URL is read at each try, so one cleared meanwhile gets nothing."""
+    url = webhook_url_get(group_id=group_id)
+    if not url:
+        return False
     try:
-        webhook_post(payload)
+        webhook_post(payload, url=url)
     except WebhookRefused as exc:
         if self.request.retries >= self.max_retries:
-            logger.warning("Webhook about node %s dropped: %s", payload.get("node"), exc)
+            logger.warning("Webhook about %s dropped: %s", webhook_about(payload), exc)
             return False
         raise self.retry(countdown=60, exc=exc) from None
     return True

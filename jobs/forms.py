@@ -11,6 +11,7 @@ from accounts.models import User
 
 from .choices import Consolidation, DependencyKind, Notify
 from .models import Job
+from .selectors import jobs_dependable_by
 from .services import JobSpec
 from .validation import MAX_ARRAY_SIZE, MAX_COMMAND_LAUNCH_BYTES, MAX_WALLTIME_SECONDS
 
@@ -196,13 +197,23 @@ def session_help() -> str:
     )
 
 
-def initial_from_job(job: Job) -> dict[str, object]:
+def _dependencies_for(job: Job, user: User) -> tuple[list[int], int]:
+    """`job`'s dependencies that `user` may wait for (`jobs_dependable_by`), and how many
+    others were left out: a coordinator cloning a member's job must not see the ids of
+    that member's jobs, which the job page and the API keep from them too."""
+    wanted = list(job.depends_on.values_list("pk", flat=True))
+    kept = set(jobs_dependable_by(user=user).filter(pk__in=wanted).values_list("pk", flat=True))
+    return [pk for pk in wanted if pk in kept], len(wanted) - len(kept)
+
+
+def initial_from_job(job: Job, *, user: User) -> dict[str, object]:
     """Form values that resubmit `job` as it was submitted ("clone and resubmit").
 
     The inverse of `JobSubmitForm.to_spec`: argv back to shell words (`shlex.join`, which
     `clean_command` splits to the same list), env back to NAME=value lines. The group is
-    kept only if the new submitter may use it; otherwise the form's default applies.
-    The caller has already checked that the user may see `job`.
+    kept only if the new submitter may use it; otherwise the form's default applies, and
+    so are dependencies (`_dependencies_for`). The caller has already checked that `user`
+    may see `job`.
     """
     walltime = job.walltime_seconds
     initial: dict[str, object] = {
@@ -216,7 +227,7 @@ def initial_from_job(job: Job) -> dict[str, object]:
         "walltime_minutes": -(-walltime // 60) if walltime else None,
         "max_retries": job.max_retries,
         "env": "\n".join(f"{name}={value}" for name, value in job.env.items()),
-        "depends_on": ", ".join(str(pk) for pk in job.depends_on.values_list("pk", flat=True)),
+        "depends_on": ", ".join(str(pk) for pk in _dependencies_for(job, user)[0]),
         "dependency": job.dependency,
         "notify": job.notify,
     }
@@ -227,10 +238,17 @@ def initial_from_job(job: Job) -> dict[str, object]:
     return initial
 
 
-def clone_caveats(job: Job) -> list[str]:
-    """What the one-line form fields cannot carry over from `job` (line breaks in values a
-    job submitted through the API may have): said on the page rather than lost silently."""
+def clone_caveats(job: Job, *, user: User) -> list[str]:
+    """What the form cannot carry over from `job` (line breaks in values a job submitted
+    through the API may have, dependencies `user` may not wait for): said on the page
+    rather than lost silently."""
     caveats = []
+    _, left_out = _dependencies_for(job, user)
+    if left_out:
+        caveats.append(
+            f"It waits for {left_out} job{'s' if left_out > 1 else ''} of its owner's, "
+            "which yours cannot wait for: left out."
+        )
     if any("\n" in arg or "\r" in arg for arg in job.command):
         caveats.append("An argument of the command contains a line break; check the command.")
     broken = sorted(name for name, value in job.env.items() if "\n" in value or "\r" in value)

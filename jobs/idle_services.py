@@ -299,13 +299,27 @@ def _reap(
     return True
 
 
+def may_keep_from_reaping(user: User, *, owner_id: int, group_id: int | None) -> bool:
+    """Whether `user` may keep a job of `owner_id` charged to `group_id` from idle reaping:
+    a lab admin, or a coordinator of that group (a PI vouching for a student's quiet run)
+    other than the job's owner: the warning exists because the owner's own judgement said
+    the GPUs were busy, and a TA who coordinates their own group is still its owner."""
+    if user.is_lab_admin:
+        return True
+    return owner_id != user.pk and group_id is not None and group_id in user.coordinated_group_ids
+
+
 def job_idle_keep(*, job_id: int, by: User, hours: int) -> Job:
-    """An admin keeps a job from idle reaping for `hours` (and lifts a warning)."""
-    if not by.is_lab_admin:
-        raise PermissionDenied("Only lab admins may keep a job from idle reaping.")
+    """A lab admin, or a coordinator of the job's group, keeps a job from idle reaping for
+    `hours` (and lifts a warning)."""
+    job = job_get_for_user(user=by, job_id=job_id)
+    if not may_keep_from_reaping(by, owner_id=job.owner_id, group_id=job.group_id):
+        raise PermissionDenied(
+            "Only lab admins and the coordinators of the job's group may keep a job from "
+            "idle reaping."
+        )
     if not 1 <= hours <= MAX_KEEP_HOURS:
         raise ValidationFailed({"hours": [f"Between 1 and {MAX_KEEP_HOURS} hours."]})
-    job = job_get_for_user(user=by, job_id=job_id)
     until = timezone.now() + timedelta(hours=hours)
     with transaction.atomic():
         # Checked under the row lock: a reap or a finish committing meanwhile is seen here,

@@ -17,6 +17,11 @@ class JobArray(models.Model):
     size = models.PositiveIntegerField()
     max_running = models.PositiveIntegerField(null=True, blank=True)  # None: no cap
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the one message about the ended array went out (jobs.notifications, jobs.webhooks):
+    # claimed by a conditional UPDATE, so two tasks ending at once, or every task of a
+    # cancelled array, send one between them even while the cache is down.
+    ended_mailed_at = models.DateTimeField(null=True, blank=True)
+    ended_posted_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         cap = f", {self.max_running} at once" if self.max_running else ""

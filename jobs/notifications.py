@@ -16,10 +16,10 @@ import smtplib
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import Count
+from django.utils import timezone
 
-from config.fail_open_cache import cache_add
-
-from .models import Job
+from .choices import TERMINAL_STATES
+from .models import Job, JobArray
 
 logger = logging.getLogger(__name__)
 
@@ -86,19 +86,13 @@ def _array_summary(task: Job, state: str) -> tuple[str, str] | None:
     task's start), or when another task's end already sent it."""
     if state == "RUNNING":
         return None
-    tally = dict(
-        Job.objects.filter(array_id=task.array_id)
-        .values("state")
-        .annotate(n=Count("id"))
-        .values_list("state", "n")
-        .order_by()
-    )
-    if any(name not in WORDS or name == "RUNNING" for name in tally):
+    tally = array_tally_if_ended(array_id=task.array_id)
+    if tally is None:
         return None  # tasks still to end
     if task.notify == "fail" and not tally.get("FAILED"):
         return None
     # Two tasks ending at once may both find the array ended: one mail between them.
-    if not cache_add(f"jobs:array-mailed:{task.array_id}", timeout=7 * 86400):
+    if not array_end_claim(array_id=task.array_id, field="ended_mailed_at"):
         return None
     size = task.array.size
     parts = ", ".join(f"{n} {name.lower()}" for name, n in sorted(tally.items()))
@@ -111,6 +105,30 @@ def _array_summary(task: Job, state: str) -> tuple[str, str] | None:
         lines.append(f"Its first task: {site}/jobs/{first[0]}/")
     lines += ["", "You asked for this mail when you submitted the array (notify)."]
     return subject, "\n".join(lines)
+
+
+def array_end_claim(*, array_id: int, field: str) -> bool:
+    """Claim the one message of kind `field` ("ended_mailed_at", "ended_posted_at") about
+    an ended array: True for exactly one caller, whoever asks and however many at once."""
+    claimed = JobArray.objects.filter(pk=array_id, **{f"{field}__isnull": True}).update(
+        **{field: timezone.now()}
+    )
+    return claimed == 1
+
+
+def array_tally_if_ended(*, array_id: int) -> dict[str, int] | None:
+    """How many of the array's tasks ended in each state ({"SUCCEEDED": 3, "FAILED": 1});
+    None while any task has not ended."""
+    tally = dict(
+        Job.objects.filter(array_id=array_id)
+        .values("state")
+        .annotate(n=Count("id"))
+        .values_list("state", "n")
+        .order_by()
+    )
+    if not tally or any(name not in TERMINAL_STATES for name in tally):
+        return None
+    return tally
 
 
 def _one_line(text: str) -> str:
@@ -127,8 +145,8 @@ def idle_warning_text(job: Job) -> tuple[str, str]:
     if warning is not None:
         lines.append(warning.message)
     lines.append(
-        "If it is still needed, make it use its GPUs, or ask a lab admin to keep it running; "
-        "if not, cancel it so others can use them."
+        "If it is still needed, make it use its GPUs, or ask a lab admin (or a coordinator "
+        "of its group) to keep it running; if not, cancel it so others can use them."
     )
     if settings.GPULAB_SITE_URL:
         lines.append(f"Details: {settings.GPULAB_SITE_URL.rstrip('/')}/jobs/{job.pk}/")

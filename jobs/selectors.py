@@ -1,4 +1,5 @@
-"""Reads of jobs, with the access rule in one place: students see their own, admins all."""
+"""Reads of jobs, with the access rule in one place: students see their own, coordinators
+their groups' too, admins all (`job_visible_to`, `job_seen_by`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 
 from accounts.models import User
 from agents.models import JobGpuMinute, JobGpuSample
@@ -63,11 +64,34 @@ def job_run_seconds(
 
 
 def job_visible_to(*, user: User) -> QuerySet[Job]:
+    """The jobs `user` sees and may act on: their own, those charged to a group they
+    coordinate (Slurm's account coordinators), and every job for a lab admin."""
     # The start forecast too: a pending job's estimated start is shown wherever it is.
     jobs = Job.objects.select_related("owner", "group", "array", "start_forecast")
     if user.is_lab_admin:
         return jobs
+    if user.coordinated_group_ids:
+        return jobs.filter(Q(owner=user) | Q(group_id__in=user.coordinated_group_ids))
     return jobs.filter(owner=user)
+
+
+def jobs_dependable_by(*, user: User) -> QuerySet[Job]:
+    """The jobs `user`'s submissions may wait for: their own, any for a lab admin. Narrower
+    than what a coordinator sees: a dependency ties the coordinator's job to a member's,
+    whose owner never agreed to it."""
+    if user.is_lab_admin:
+        return Job.objects.all()
+    return Job.objects.filter(owner=user)
+
+
+def job_seen_by(user: User, *, owner_id: int, group_id: int | None) -> bool:
+    """`job_visible_to`'s rule for one job known by its owner and group: for pages that
+    read many jobs' rows and show only some of them by name (the queue, the cluster)."""
+    return (
+        owner_id == user.pk
+        or user.is_lab_admin
+        or (group_id is not None and group_id in user.coordinated_group_ids)
+    )
 
 
 def job_get_for_user(*, user: User, job_id: int) -> Job:

@@ -40,7 +40,8 @@ from .choices import (
 )
 from .models import Allocation, Job, JobArray, JobEvent
 from .notifications import job_notify_request
-from .selectors import job_get_for_user, job_run_seconds, job_visible_to
+from .selectors import job_get_for_user, job_run_seconds, job_visible_to, jobs_dependable_by
+from .webhooks import WEBHOOK_STATES, job_webhook_request
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,8 @@ def _dependency_errors(owner: User, job_ids: list[int], kind: str) -> list[str]:
     anyone's), or, for afterok, already failed or cancelled, so never to succeed."""
     if not job_ids:
         return []
-    state_of = dict(job_visible_to(user=owner).filter(pk__in=job_ids).values_list("pk", "state"))
+    dependable = jobs_dependable_by(user=owner).filter(pk__in=job_ids)
+    state_of = dict(dependable.values_list("pk", "state"))
     errors = []
     missing = [job_id for job_id in job_ids if job_id not in state_of]
     if missing:
@@ -444,6 +446,12 @@ def job_transition(
                 job_notify_request(job_id=job_id, state=state)
 
             transaction.on_commit(notify, robust=True)
+        if current["group_id"] is not None and to_state in WEBHOOK_STATES:
+            # The group's chat, whatever `notify` says; its URL is read after commit.
+            def post(job_id: int = job_id, state: str = to_state) -> None:
+                job_webhook_request(job_id=job_id, state=state)
+
+            transaction.on_commit(post, robust=True)
         return Job.objects.get(pk=job_id)
 
 
@@ -513,7 +521,8 @@ CANCEL_TRIES = 3
 
 
 def job_cancel(*, job_id: int, by: User) -> Job:
-    """Cancel a job the caller may see (their own; admins: any). Already-ended jobs stay."""
+    """Cancel a job the caller may see (their own; a coordinator: their groups'; admins: any).
+    Already-ended jobs stay."""
     # A round or an agent may move the job between the read and the update (a round
     # starting it, say): read again and retry rather than tell the user to.
     tries = 0
@@ -521,7 +530,7 @@ def job_cancel(*, job_id: int, by: User) -> Job:
         job = job_get_for_user(user=by, job_id=job_id)
         if job.state in TERMINAL_STATES:
             raise IllegalTransition(f"Job {job.pk} already ended ({job.get_state_display()}).")
-        who = "an admin" if by.pk != job.owner_id else "its owner"
+        who = _canceller(by, job)
         try:
             cancelled = job_transition(
                 job_id=job.pk,
@@ -540,6 +549,16 @@ def job_cancel(*, job_id: int, by: User) -> Job:
             continue
         round_request_on_commit()  # its GPUs are free now (or once the poll has stopped it)
         return cancelled
+
+
+def _canceller(by: User, job: Job) -> str:
+    """Who cancelled, as the job's history says it: its owner, an admin, or a coordinator
+    of its group (job_visible_to lets no one else)."""
+    if by.pk == job.owner_id:
+        return "its owner"
+    if by.is_lab_admin:
+        return "an admin"
+    return f"a coordinator of group {job.group.name}" if job.group else "a coordinator"
 
 
 def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> Job:

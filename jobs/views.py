@@ -157,7 +157,7 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
         # The same access rule as the detail page: another student's job is a 404, so
         # cloning can never show its command or environment.
         clone_of = _job_or_404(request, request.GET["clone"])
-        initial = initial_from_job(clone_of)
+        initial = initial_from_job(clone_of, user=request.user)
     form = JobSubmitForm(request.POST or None, user=request.user, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
@@ -183,7 +183,9 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "clone_of": clone_of,
-            "clone_caveats": clone_caveats(clone_of) if clone_of is not None else [],
+            "clone_caveats": (
+                clone_caveats(clone_of, user=request.user) if clone_of is not None else []
+            ),
         },
         status=400 if form.errors else 200,  # a refused submission, like the API's 400
     )
@@ -256,6 +258,15 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             # Idle reaping (jobs.idle_services): the warning and its deadline, the admin's
             # exemption, and whether an admin may grant one here.
             "idle_reap": judged,
+            "can_keep": judged
+            and idle_services.may_keep_from_reaping(
+                request.user, owner_id=job.owner_id, group_id=job.group_id
+            ),
+            # Whom the owner can ask to keep it: a coordinator only where the group has one.
+            "group_coordinated": idle is not None
+            and job.idle_warned_at is not None
+            and job.group is not None
+            and job.group.coordinators.exists(),
             "idle_deadline": (
                 job.idle_warned_at + timedelta(minutes=idle.idle_grace_minutes)
                 if idle is not None and judged and job.idle_warned_at
@@ -443,7 +454,8 @@ def job_cancel_page(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["POST"])
 def job_idle_keep_page(request: HttpRequest, job_id: int) -> HttpResponse:
-    """An admin keeps a running job from idle reaping for the hours chosen."""
+    """A lab admin, or a coordinator of the job's group, keeps a running job from idle
+    reaping for the hours chosen."""
     try:
         hours = int(request.POST.get("hours", ""))
     except ValueError:

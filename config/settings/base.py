@@ -341,4 +341,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("GPULAB_LOG_LEVEL", default="INFO")},
+    # urllib3 logs each request's path at DEBUG, and a webhook's path is its secret
+    # (agents.webhooks): never below INFO, whatever GPULAB_LOG_LEVEL says.
+    "loggers": {"urllib3": {"level": "INFO"}},
 }

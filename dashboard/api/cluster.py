@@ -91,7 +91,8 @@ class ClusterApi(APIView):
         description=(
             "Every node with its state and last heartbeat, and every device with the job "
             "holding it and its newest reading. Admins see every holding job and owner; "
-            "students see the job id only on devices their own jobs hold."
+            "students see the job id only on devices their own jobs hold, or (coordinators) "
+            "jobs of the groups they coordinate."
         ),
         responses={200: ClusterOutput, 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},
     )

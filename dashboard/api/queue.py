@@ -21,7 +21,9 @@ PAGE_SIZE = 50
 
 class QueueEntryOutput(serializers.Serializer):
     job_id = serializers.IntegerField(
-        allow_null=True, help_text="Null for another user's job (students see only their own)."
+        allow_null=True,
+        help_text="Null for a job the caller may not see (students see their own, "
+        "coordinators their groups' too).",
     )
     name = serializers.CharField(help_text="Empty for another user's job.")
     owner = serializers.CharField(help_text="Empty for another user's job.")
@@ -66,7 +68,7 @@ class QueueApi(APIView):
         description=(
             "Pending jobs (50 per page) in the order of the last scheduling round, every "
             "running job, and the caller's own pending jobs. Students see other users' "
-            "entries without owner, name or id."
+            "entries without owner, name or id, except a coordinator those of their groups."
         ),
         parameters=[OpenApiParameter("page", int, description="Page of the pending list.")],
         responses={200: QueueOutput, 400: FIELD_ERRORS, 401: NOT_AUTHENTICATED},

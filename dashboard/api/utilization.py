@@ -116,7 +116,7 @@ class UtilizationApi(APIView):
             "or local day: 7d is the last 7 days with today) to now; running jobs whose GPUs "
             "averaged below 10 % use over the last 15 minutes. Students see their own "
             "GPU-hours and everyone else's summed as 'Other users', and only their own jobs "
-            "in the idle list; admins see everyone."
+            "(and a coordinator their groups' jobs) in the idle list; admins see everyone."
         ),
         parameters=[
             OpenApiParameter(

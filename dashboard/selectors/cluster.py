@@ -23,6 +23,7 @@ from cluster.choices import DeviceKind, NodeState, node_can_drain, node_can_undr
 from cluster.models import Device, Node
 from jobs.choices import HOLDING_STATES
 from jobs.models import Allocation
+from jobs.selectors import job_seen_by
 from scheduler.selectors import devices_stopping
 
 # The freshness the utilization aggregates use too: an older reading is "no reading".
@@ -215,10 +216,12 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
     for device in Device.objects.select_related("device_type").order_by("node_id", "index"):
         devices_by_node[device.node_id].append(device)
     holders = {
-        device_id: (job_id, owner_id, owner_name)
-        for device_id, job_id, owner_id, owner_name in Allocation.objects.filter(
+        device_id: (job_id, owner_id, owner_name, group_id)
+        for device_id, job_id, owner_id, owner_name, group_id in Allocation.objects.filter(
             ended_at__isnull=True, job__state__in=HOLDING_STATES
-        ).values_list("device_id", "job_id", "job__owner_id", "job__owner__username")
+        ).values_list(
+            "device_id", "job_id", "job__owner_id", "job__owner__username", "job__group_id"
+        )
     }
     stopping = devices_stopping(now=now)
     readings = _latest_readings(now=now)
@@ -231,7 +234,9 @@ def cluster_overview(*, viewer: User, now: datetime | None = None) -> ClusterOve
         for device in devices_by_node.get(node.pk, []):
             holder = holders.get(device.pk)
             mine = holder is not None and holder[1] == viewer.pk
-            visible = holder is not None and (mine or viewer.is_lab_admin)
+            visible = holder is not None and job_seen_by(
+                viewer, owner_id=holder[1], group_id=holder[3]
+            )
             reading = readings.get(device.pk)
             cells.append(
                 DeviceCell(

@@ -2,7 +2,8 @@
 
 Students see every entry of the queue (so they know what is ahead of them) but only their
 own jobs in full: another user's entry shows its group, GPUs, level and wait, never its
-owner, name or id (the access rule: students see only their own jobs).
+owner, name or id (the access rule, `jobs.selectors.job_seen_by`: students see only their
+own jobs, a group's coordinators its jobs too).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from django.utils import timezone
 from accounts.models import User
 from jobs.choices import HOLDING_STATES, JobState
 from jobs.models import Job
-from jobs.selectors import jobs_live_service, texts_for_viewer
+from jobs.selectors import job_seen_by, jobs_live_service, texts_for_viewer
 
 from ..models import QueueSample
 
@@ -97,7 +98,7 @@ def _entry(
     live: float = 0.0,
 ) -> QueueEntry:
     mine = row["owner_id"] == viewer.pk
-    visible = mine or viewer.is_lab_admin
+    visible = job_seen_by(viewer, owner_id=row["owner_id"], group_id=row["group_id"])
     since = row["pending_since"] if row["state"] == JobState.PENDING else row["started_at"]
     return QueueEntry(
         job_id=row["id"] if visible else None,
@@ -126,6 +127,7 @@ _ROW_FIELDS = (
     "name",
     "owner_id",
     "owner__username",
+    "group_id",
     "group__name",
     "state",
     "num_gpus",

@@ -7,7 +7,8 @@ GPUs and jobs in the holding states (starting, running, preempting); pending job
 allocations. A user's row counts the user's own jobs in any group; a group's row counts
 every job charged to the group, whoever submitted it, since that is what its limits cap.
 
-Only the viewer's own accounts are read: another user's numbers are never in the result.
+Only the viewer's own accounts are read (their user account, the groups they belong to or
+coordinate): another user's numbers are never in the result.
 """
 
 from __future__ import annotations
@@ -147,8 +148,15 @@ _ACCOUNT_COLUMNS = (
 )
 
 
+def _group_ids_of(user: User) -> QuerySet:
+    """The groups whose quotas `user` sees (a subquery): those they belong to, and those
+    they coordinate, whose limits cap the jobs they watch over."""
+    return LabGroup.objects.filter(Q(members=user) | Q(coordinators=user)).values("pk")
+
+
 def quota_status(*, user: User) -> list[QuotaStatus]:
-    """`user`'s own account, then each of their lab groups by name, with usage and limits.
+    """`user`'s own account, then each of their lab groups (member or coordinator) by name,
+    with usage and limits.
 
     Two queries however many jobs, groups and caps there are (the queue page shows this on
     every refresh):
@@ -169,7 +177,7 @@ def quota_status(*, user: User) -> list[QuotaStatus]:
         .values(*_ACCOUNT_COLUMNS)
     )
     group_rows = (
-        LabGroup.objects.filter(members=user)
+        LabGroup.objects.filter(pk__in=_group_ids_of(user))
         .annotate(
             kind=Value("group"),
             account_name=F("name"),
@@ -194,9 +202,7 @@ def quota_status(*, user: User) -> list[QuotaStatus]:
         .values("n")
     )
     caps = (
-        DeviceTypeQuota.objects.filter(
-            Q(user=user) | Q(group__in=LabGroup.objects.filter(members=user).values("pk"))
-        )
+        DeviceTypeQuota.objects.filter(Q(user=user) | Q(group__in=_group_ids_of(user)))
         .annotate(in_use=Coalesce(Subquery(held), 0))
         .order_by("device_type__name")
         .values_list("user_id", "group_id", "device_type__name", "in_use", "max_gpus")

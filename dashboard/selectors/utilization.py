@@ -25,6 +25,7 @@ from agents.selectors import jobs_gpu_use
 from cluster.models import Device
 from jobs.choices import JobState
 from jobs.models import Allocation
+from jobs.selectors import job_visible_to
 
 from ..models import DeviceUtilizationBucket, UsageHour, UtilizationSample
 from ..services import BUCKET, HOUR, floor_bucket, floor_hour
@@ -462,7 +463,7 @@ def idle_allocated_jobs(*, viewer: User, now: datetime | None = None) -> IdleAll
     since = now - IDLE_WINDOW
     allocations = Allocation.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING)
     if not viewer.is_lab_admin:
-        allocations = allocations.filter(job__owner=viewer)
+        allocations = allocations.filter(job__in=job_visible_to(user=viewer))
     jobs: dict[int, dict] = {}
     for job_id, name, owner, device_id, node_name, index, started_at in allocations.order_by(
         "job_id", "device__node__name", "device__index"

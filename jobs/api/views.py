@@ -51,7 +51,8 @@ class JobListCreateApi(APIView):
     @extend_schema(
         summary="List jobs",
         description=(
-            "Students see their own jobs; admins see everyone's. Newest first, 50 a page. "
+            "Students see their own jobs, a group's coordinators the group's too, and admins "
+            "everyone's. Newest first, 50 a page. "
             "An unknown query parameter, or one other than `state` given twice, is a 400 "
             "naming it."
         ),

@@ -493,7 +493,7 @@ def test_a_command_the_api_accepted_can_be_cloned_and_resubmitted_through_the_fo
         "/api/v1/jobs/", {"image": "busybox", "command": argv, "num_gpus": 1}, format="json"
     )
     assert response.status_code == 201, response.content
-    initial = initial_from_job(Job.objects.get(pk=response.json()["id"]))
+    initial = initial_from_job(Job.objects.get(pk=response.json()["id"]), user=owner)
     data = {key: value for key, value in initial.items() if value is not None}
 
     form = JobSubmitForm(data=data, user=owner)

@@ -4,9 +4,6 @@ admin's own drain; and a receiver that fails never fails the change."""
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -23,34 +20,9 @@ from cluster.models import Node
 from cluster.services import node_drain
 from tests.agents.test_agent_faults import Agent
 from tests.factories import DeviceFactory, NodeFactory
+from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.usefixtures("fresh_rate_limits")
-
-
-class Receiver:
-    """A webhook receiver on loopback that records what it was sent."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
-        self.received: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                receiver.received.append(json.loads(self.rfile.read(length)))
-                self.send_response(receiver.status)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/lab"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def events(self) -> list[tuple[str, str]]:
-        return [(body["event"], body["node"]) for body in self.received]
 
 
 @pytest.fixture

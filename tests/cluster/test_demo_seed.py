@@ -18,11 +18,15 @@ def test_the_demo_seed_builds_the_mixed_lab_and_can_run_twice(capsys):
     assert max_gpus_grantable(accepted_types=["v100"], single_node=False) == 8
     assert max_gpus_grantable(accepted_types=[], single_node=True) == 8
     assert User.objects.get(username="admin").role == Role.ADMIN
-    assert User.objects.filter(role=Role.STUDENT).count() == 3
+    assert User.objects.filter(role=Role.STUDENT).count() == 4
+    vision = LabGroup.objects.get(name="vision")
+    assert list(vision.coordinators.values_list("username", flat=True)) == ["dana"]
     assert User.objects.get(username="alice").check_password("gpulab-demo")
     guarantees = dict(LabGroup.objects.values_list("name", "guaranteed_gpus"))
     assert guarantees == {"vision": None, "nlp": 8}
-    assert "password for all: gpulab-demo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "password for all: gpulab-demo" in out
+    assert "dana   Student  groups: - (coordinates vision)" in out
 
 
 @pytest.mark.django_db

@@ -12,7 +12,15 @@ from config.errors import ValidationFailed
 from jobs.choices import JobState
 from jobs.models import Job
 from jobs.notifications import job_notify
-from jobs.services import JobSpec, job_cancel, job_finish, job_mark_running, job_start, job_submit
+from jobs.services import (
+    JobSpec,
+    job_array_cancel,
+    job_cancel,
+    job_finish,
+    job_mark_running,
+    job_start,
+    job_submit,
+)
 from tests.scheduler.livefixtures import simulated_cluster
 
 pytestmark = pytest.mark.django_db
@@ -176,6 +184,22 @@ def test_an_array_is_mailed_once_when_its_last_task_ends(
 
     assert [m.subject for m in mail.outbox] == [
         f"[gpulab] Array {first.array_id} (sweep) ended: 2 cancelled, 1 succeeded"
+    ]
+
+
+def test_a_cancelled_array_is_mailed_once_even_while_the_cache_is_down(
+    mailed_owner, gpu, monkeypatch, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.jobs.test_group_webhooks import CacheDown
+
+    first = _submit(mailed_owner, name="sweep", notify="end", array_size=4)
+    monkeypatch.setattr("config.fail_open_cache.cache", CacheDown())
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job_array_cancel(array_id=first.array_id, by=mailed_owner)
+
+    assert [m.subject for m in mail.outbox] == [
+        f"[gpulab] Array {first.array_id} (sweep) ended: 4 cancelled"
     ]
 
 

@@ -42,7 +42,11 @@ PEOPLE = [
     ("alice", Role.STUDENT, ["vision"]),
     ("bob", Role.STUDENT, ["vision"]),
     ("carol", Role.STUDENT, ["nlp"]),
+    ("dana", Role.STUDENT, []),
 ]
+# Group coordinators (Slurm's): dana, vision's PI, submits nothing but sees and cancels the
+# group's jobs.
+COORDINATORS = {"vision": ["dana"]}
 DEMO_PASSWORD = "gpulab-demo"
 # The public Tiresias 60-job trace (Apache-2.0), copied into the repo; durations in seconds.
 DEMO_TRACE = Path(__file__).resolve().parents[3] / "scheduler" / "data" / "tiresias_60_job.csv"
@@ -114,6 +118,8 @@ class Command(BaseCommand):
             else:
                 user.set_password(DEMO_PASSWORD)
                 user.save(update_fields=["password"])
+        for name, usernames in COORDINATORS.items():
+            groups[name].coordinators.set(User.objects.filter(username__in=usernames))
         config = scheduler_config_get()
         for name, value in DEMO_SCHEDULER.items():
             setattr(config, name, value)
@@ -129,7 +135,9 @@ class Command(BaseCommand):
         self.stdout.write(f"Log in at {options['url']} with (password for all: {DEMO_PASSWORD}):")
         for username, role, group_names in PEOPLE:
             groups_text = ", ".join(group_names) or "-"
-            self.stdout.write(f"  {username:<6} {role.label:<8} groups: {groups_text}")
+            coordinates = [name for name, users in COORDINATORS.items() if username in users]
+            also = f" (coordinates {', '.join(coordinates)})" if coordinates else ""
+            self.stdout.write(f"  {username:<6} {role.label:<8} groups: {groups_text}{also}")
 
     def _submit_trace_jobs(self) -> int:
         """Queue the first DEMO_JOBS jobs of the Tiresias trace, shared among the students.
@@ -138,7 +146,9 @@ class Command(BaseCommand):
         submission service, so the queue, preemptions and completions are the real ones.
         """
         students = [
-            User.objects.get(username=name) for name, role, _ in PEOPLE if role == Role.STUDENT
+            User.objects.get(username=name)
+            for name, role, group_names in PEOPLE
+            if role == Role.STUDENT and group_names
         ]
         with DEMO_TRACE.open() as trace:
             rows = list(csv.DictReader(trace))[:DEMO_JOBS]
