@@ -611,7 +611,7 @@ def parser_build() -> argparse.ArgumentParser:
     jobs = add_parser("jobs", help="List jobs (default: your active ones).")
     jobs.add_argument("--all", "-a", action="store_true", help="Finished ones too.")
     jobs.add_argument("--state", "-s", action="append", help="Only this state (repeat).")
-    jobs.add_argument("--owner", "-u", help="Only this user's (admins).")
+    jobs.add_argument("--owner", "-u", help="Only this user's (admins, coordinators).")
     jobs.add_argument("--array", type=int, help="This array's tasks, in any state, by index.")
     jobs.add_argument("--limit", type=_positive, default=50, help="At most this many (default 50).")
     jobs.add_argument("--json", action="store_true", help="As the API's JSON.")
@@ -657,7 +657,12 @@ def parser_build() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    args = parser_build().parse_args(argv)
+    parser = parser_build()
+    args = parser.parse_args(argv)
+    if getattr(args, "start", False) and (args.state or args.all):
+        # --start lists pending jobs only: taking --state or --all silently would print
+        # something other than what was asked for.
+        parser.error("jobs --start lists pending jobs; it takes neither --state nor --all.")
     try:
         if not getattr(args, "needs_client", True):
             return args.handler(args, out)

@@ -336,3 +336,14 @@ def test_a_server_that_does_not_answer_is_said_so(monkeypatch, tmp_path, capsys)
 
     assert main(["--url", "http://127.0.0.1:9", "jobs"], out=Terminal()) == 1
     assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("other", [["--state", "RUNNING"], ["--all"]])
+def test_jobs_start_refuses_a_state_filter_it_would_ignore(other, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exited:
+        main(["jobs", "--start", *other])
+
+    assert exited.value.code == 2
+    assert "jobs --start lists pending jobs; it takes neither --state nor --all." in (
+        capsys.readouterr().err
+    )
