@@ -25,6 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.webhooks import webhook_send
+from dashboard.templatetags.gpulab_format import duration  # the pages' wording
 
 from .choices import JobState
 from .models import Job, JobEvent
@@ -113,7 +114,7 @@ def job_event_payload(job: Job, state: str) -> dict[str, Any]:
     run_seconds = job.total_run_seconds
     what = WORDS.get(state, state.lower())
     if state != JobState.RUNNING and run_seconds >= 1:
-        what += f" after {duration_text(run_seconds)}"
+        what += f" after {duration(run_seconds)}"
     # The reason of a job that moved on since (a quick end after its start) is not this
     # state's.
     reason = job.reason if job.state == state else ""
@@ -186,21 +187,6 @@ def _array_payload(task: Job, state: str) -> dict[str, Any] | None:
         "site": settings.GPULAB_SITE_URL,
         "url": url,
     }
-
-
-def duration_text(seconds: float) -> str:
-    """A duration as a person reads it: "45 s", "12 min", "2 h 13 min", "3 d 4 h"."""
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def chat_text(text: str) -> str:
