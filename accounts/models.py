@@ -68,7 +68,7 @@ class LabGroup(QuotaFields):
         help_text="See and cancel every job charged to this group.",
     )
     # The group's own chat channel (Slack, Mattermost, any JSON webhook): hears when the
-    # group's jobs start and end (jobs.notifications). Set by a lab admin only: the
+    # group's jobs start and end (jobs.webhooks). Set by a lab admin only: the
     # control plane posts to it, so a user must not choose where.
     webhook_url = models.URLField(
         max_length=500,

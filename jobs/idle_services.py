@@ -310,8 +310,8 @@ def may_keep_from_reaping(user: User, *, owner_id: int, group_id: int | None) ->
 
 
 def job_idle_keep(*, job_id: int, by: User, hours: int) -> Job:
-    """A lab admin, or a coordinator of the job's group, keeps a job from idle reaping for
-    `hours` (and lifts a warning)."""
+    """A lab admin, or a coordinator of the job's group other than its owner, keeps a job
+    from idle reaping for `hours` (and lifts a warning)."""
     job = job_get_for_user(user=by, job_id=job_id)
     if not may_keep_from_reaping(by, owner_id=job.owner_id, group_id=job.group_id):
         raise PermissionDenied(

@@ -255,8 +255,8 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
             "dependencies": selectors.job_dependencies(job=job, user=request.user),
             "estimate": estimate,
             "now": now,
-            # Idle reaping (jobs.idle_services): the warning and its deadline, the admin's
-            # exemption, and whether an admin may grant one here.
+            # Idle reaping (jobs.idle_services): the warning and its deadline, the exemption,
+            # and whether this viewer may grant one (an admin, the group's coordinator).
             "idle_reap": judged,
             "can_keep": judged
             and idle_services.may_keep_from_reaping(
