@@ -44,7 +44,7 @@ def node_event_notify(*, event: str, node: str, reason: str = "") -> None:
     payload = node_event_payload(event=event, node=node, reason=reason)
 
     def send(payload: dict[str, Any] = payload) -> None:  # a function: on_commit(robust=True)
-        _request_send(payload)
+        webhook_send(payload)
 
     transaction.on_commit(send, robust=True)
 
@@ -69,11 +69,6 @@ def node_event_payload(*, event: str, node: str, reason: str) -> dict[str, Any]:
         "at": timezone.now().isoformat(),
         "site": settings.GPULAB_SITE_URL,
     }
-
-
-def _request_send(payload: dict[str, Any]) -> None:
-    """A node event, to the admins' webhook; never raises."""
-    webhook_send(payload)
 
 
 def webhook_send(

@@ -269,10 +269,10 @@ def get_placer(kind: PlacementKind) -> Placer:
     return PLACERS.get(kind, PLACERS[PlacementKind.BEST_FIT])
 
 
-def type_room(devices: Iterable[Device]) -> Callable[[Job, str], bool]:
-    """`holds(job, device_type)`: whether `devices` (the schedulable ones) have room for the
-    job on that type at all: on one node for a `required` job, anywhere for the others.
-    A type too small for a job (8 GPUs on a lab's four A100s) is no place to send it."""
+def type_sizes(devices: Iterable[Device]) -> Callable[[Consolidation, str], int]:
+    """`size(consolidation, device_type)`: the most GPUs of that type among `devices` one
+    job could hold: the largest node's for a `required` job (it must fit on one node), all
+    of them for the others (a job never spans device types)."""
     total: dict[str, int] = {}
     per_node: dict[tuple[str, str], int] = {}
     for device in devices:
@@ -283,8 +283,20 @@ def type_room(devices: Iterable[Device]) -> Callable[[Job, str], bool]:
     for (device_type, _), count in per_node.items():
         largest[device_type] = max(largest.get(device_type, 0), count)
 
+    def size(consolidation: Consolidation, device_type: str) -> int:
+        room = largest if consolidation is Consolidation.REQUIRED else total
+        return room.get(device_type, 0)
+
+    return size
+
+
+def type_room(devices: Iterable[Device]) -> Callable[[Job, str], bool]:
+    """`holds(job, device_type)`: whether `devices` (the schedulable ones) have room for the
+    job on that type at all (`type_sizes`). A type too small for a job (8 GPUs on a lab's
+    four A100s) is no place to send it."""
+    size = type_sizes(devices)
+
     def holds(job: Job, device_type: str) -> bool:
-        room = largest if job.consolidation is Consolidation.REQUIRED else total
-        return room.get(device_type, 0) >= job.num_gpus
+        return size(job.consolidation, device_type) >= job.num_gpus
 
     return holds

@@ -85,7 +85,6 @@ from dataclasses import dataclass, fields, replace
 from scheduler.core import accounting
 from scheduler.core.types import (
     Account,
-    Consolidation,
     Decisions,
     Device,
     Job,
@@ -94,6 +93,7 @@ from scheduler.core.types import (
     SchedulerSettings,
     Snapshot,
 )
+from scheduler.policies.placement import type_sizes
 from scheduler.sim.clusters import SimCluster
 from scheduler.sim.traces import TraceJob
 
@@ -408,19 +408,11 @@ def unplaceable_jobs(trace: Iterable[TraceJob], cluster: SimCluster) -> list[tup
     bound is per type: all its GPUs, or its largest node's. Jobs as `bind_to_cluster`
     leaves them (zero-throughput types already dropped).
     """
-    total: dict[str, int] = {}
-    per_node: dict[tuple[str, str], int] = {}
-    for device in cluster.devices:
-        total[device.device_type] = total.get(device.device_type, 0) + 1
-        key = (device.device_type, device.node)
-        per_node[key] = per_node.get(key, 0) + 1
-    largest_node: dict[str, int] = {}
-    for (device_type, _), count in per_node.items():
-        largest_node[device_type] = max(largest_node.get(device_type, 0), count)
+    size = type_sizes(cluster.devices)
     unplaceable = []
     for job in trace:
-        bound = largest_node if job.consolidation is Consolidation.REQUIRED else total
-        most = max((bound.get(t, 0) for t in job.accepted_types or cluster.device_types), default=0)
+        types = job.accepted_types or cluster.device_types
+        most = max((size(job.consolidation, t) for t in types), default=0)
         if job.num_gpus > most:
             unplaceable.append((job, most))
     return unplaceable

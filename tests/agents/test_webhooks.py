@@ -135,9 +135,9 @@ def test_a_failed_post_never_logs_the_webhooks_secret(db, settings, caplog):  # 
     gone.server.server_close()
     settings.GPULAB_ADMIN_WEBHOOK_URL = gone.url.replace("/hooks/lab", "/services/T0/B0/SECRET")
     settings.GPULAB_SCHEDULER_MODE = "embedded"  # posted inline, logged here
-    from agents.webhooks import _request_send
+    from agents.webhooks import webhook_send
 
-    _request_send({"node": "gpu-1", "text": "x"})
+    webhook_send({"node": "gpu-1", "text": "x"})
     assert "not sent: webhook unreachable: ConnectionError" in caplog.text
     assert "SECRET" not in caplog.text
     with pytest.raises(WebhookRefused) as refused:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.types import (
     Account,
+    Consolidation,
     Decisions,
     PlacementKind,
     SchedulerSettings,
@@ -25,6 +26,7 @@ from scheduler.sim.engine import (
     SimConfig,
     SimulationError,
     simulate,
+    unplaceable_jobs,
 )
 from scheduler.sim.metrics import summarize
 from scheduler.sim.traces import TraceJob
@@ -466,3 +468,16 @@ def test_a_replay_honours_the_groups_guarantees_it_is_given() -> None:
     assert waits[1] == 0.0
     # Without it, until hog's job is 3 queues below lab's (the margin): 4 h of service.
     assert waits[0] == 14_400.0 - 600.0
+
+
+def test_unplaceable_jobs_bounds_a_required_job_by_its_largest_node() -> None:
+    cluster = homogeneous_cluster(2, 4)  # two nodes of 4 GPUs
+    required = Consolidation.REQUIRED
+
+    def of(job_id: int, gpus: int, consolidation: Consolidation) -> TraceJob:
+        return TraceJob(job_id, gpus, 0.0, 60.0, consolidation=consolidation)
+
+    trace = [of(1, 4, required), of(2, 5, required), of(3, 8, Consolidation.PREFERRED)]
+    trace.append(of(4, 9, Consolidation.ANY))
+
+    assert [(j.id, most) for j, most in unplaceable_jobs(trace, cluster)] == [(2, 4), (4, 8)]
