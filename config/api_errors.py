@@ -42,7 +42,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         # Django's own message can name a model or a query: not for clients.
         exc = drf_exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
-        # Keep the view's reason ("The usage report is for lab admins.") if it gave one.
+        # Keep the view's reason ("The usage report is for lab admins and group
+        # coordinators.") if it gave one.
         exc = drf_exceptions.PermissionDenied(str(exc) or None)
     response = exception_handler(exc, context)
     if response is not None and isinstance(exc, drf_exceptions.APIException):

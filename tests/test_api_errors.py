@@ -66,7 +66,7 @@ def test_too_many_submissions_get_a_code(owner, small_cluster, api_as, monkeypat
 @pytest.mark.django_db
 def test_a_permission_denied_keeps_the_views_reason(owner, api_as):
     body = assert_error(api_as(owner).get("/api/v1/usage/"), 403, "permission_denied")
-    assert body["detail"] == "The usage report is for lab admins."
+    assert body["detail"] == "The usage report is for lab admins and group coordinators."
 
 
 @pytest.mark.django_db

@@ -32,7 +32,7 @@ def production(settings):  # type: ignore[no-untyped-def]
     ("path", "reason"),
     [
         ("/manage/quotas/", "This page is for lab admins."),
-        ("/usage/", "The usage report is for lab admins."),
+        ("/usage/", "The usage report is for lab admins and group coordinators."),
     ],
 )
 def test_a_students_visit_to_an_admin_page_is_a_403_page_that_says_why(

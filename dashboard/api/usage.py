@@ -1,8 +1,8 @@
-"""GET /api/v1/usage/ (admins): GPU-hours per user and per group and device type."""
+"""GET /api/v1/usage/ (admins; coordinators for their groups): GPU-hours per user and per
+group and device type."""
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -14,7 +14,7 @@ from config.api_params import query_params_check
 from config.errors import ValidationFailed
 
 from ..forms import UsageRangeForm
-from ..selectors.usage import WaitStats, usage_report
+from ..selectors.usage import WaitStats, usage_report, usage_scope_for
 
 
 class UsageReportRowOutput(serializers.Serializer):
@@ -46,18 +46,24 @@ class UsageReportOutput(serializers.Serializer):
     all_waits = UsageWaitOutput(
         allow_null=True, help_text='Every job that first started in the range (kind "all").'
     )
-    gpu_hours = serializers.FloatField(help_text="Total over every user.")
+    groups = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="The groups the report is limited to (a coordinator's); null: the whole lab.",
+    )
+    gpu_hours = serializers.FloatField(help_text="Total over every user in the report.")
     normalized_gpu_hours = serializers.FloatField()
 
 
 class UsageApi(APIView):
     @extend_schema(
-        summary="GPU-hours per user and per group, by device type (admins only)",
+        summary="GPU-hours per user and per group, by device type (admins, coordinators)",
         description=(
             "From the hourly usage aggregate, both days included, in the lab's time zone. "
             "Defaults to the last 30 days. One row per user (or group) and device type it used; "
             "`waits`: per user and group, how long the jobs that first started in the range "
-            "waited for it."
+            "waited for it. A group coordinator gets the groups they coordinate only "
+            "(`groups`): each member's hours charged to them, and their jobs' waits."
         ),
         parameters=[
             OpenApiParameter("start", str, description="YYYY-MM-DD; default: 29 days before end."),
@@ -67,19 +73,20 @@ class UsageApi(APIView):
             200: UsageReportOutput,
             400: FIELD_ERRORS,
             401: NOT_AUTHENTICATED,
-            403: error_response("Lab admins only."),
+            403: error_response("Lab admins and group coordinators only."),
         },
     )
     def get(self, request: Request) -> Response:
-        if not request.user.is_lab_admin:
-            raise PermissionDenied("The usage report is for lab admins.")
+        scope = usage_scope_for(request.user)
         query_params_check(request, allowed=["start", "end"])
         form = UsageRangeForm(request.query_params)
         if not form.is_valid():
             raise ValidationFailed(
                 {field: [str(error) for error in errors] for field, errors in form.errors.items()}
             )
-        report = usage_report(start=form.cleaned_data["start"], end=form.cleaned_data["end"])
+        report = usage_report(
+            start=form.cleaned_data["start"], end=form.cleaned_data["end"], group_ids=scope
+        )
         rows = [
             {
                 "kind": line.kind,
@@ -96,6 +103,7 @@ class UsageApi(APIView):
             "start": report.start,
             "end": report.end,
             "device_types": report.device_types,
+            "groups": None if report.scope is None else list(report.scope),
             "rows": rows,
             "waits": [
                 _wait_row(line.kind, line.name, line.waits)

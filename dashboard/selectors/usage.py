@@ -3,8 +3,9 @@ how long their jobs waited to start.
 
 GPU-hours come from the hourly `UsageHour` aggregate only (style.md rule 24): two grouped
 queries whatever the size of the job history. Waits are read from the jobs that first
-started in the range (one indexed query on `first_started_at`). Admin-only; the views
-enforce that.
+started in the range (one indexed query on `first_started_at`). For lab admins, and for
+group coordinators scoped to the groups they coordinate (`usage_scope_for`, as Slurm's
+`sreport` shows an account coordinator their accounts); the views enforce that.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
-from django.db.models import Sum
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts.models import LabGroup, User
@@ -72,6 +74,8 @@ class UsageReport:
     type_totals: list[UsageCell] = field(default_factory=list)
     total: UsageCell = UsageCell()
     waits: WaitStats | None = None  # every job that first started in the range
+    # The coordinated groups' names when the report covers only them; None: the whole lab.
+    scope: tuple[str, ...] | None = None
 
     @property
     def users_with_usage(self) -> int:
@@ -123,15 +127,30 @@ def _wait_stats(waits: list[float]) -> WaitStats:
     )
 
 
+def usage_scope_for(viewer: User) -> frozenset[int] | None:
+    """The groups whose usage `viewer` may read: None (the whole lab) for a lab admin, the
+    groups they coordinate for a coordinator. Anyone else may not read the report."""
+    if viewer.is_lab_admin:
+        return None
+    if viewer.coordinated_group_ids:
+        return viewer.coordinated_group_ids
+    raise PermissionDenied("The usage report is for lab admins and group coordinators.")
+
+
+def _in_scope(group_ids: frozenset[int] | None) -> Q:
+    return Q() if group_ids is None else Q(group_id__in=group_ids)
+
+
 def _waits(
-    start: datetime, end: datetime
+    start: datetime, end: datetime, group_ids: frozenset[int] | None
 ) -> tuple[dict[str, WaitStats], dict[str, WaitStats], WaitStats | None]:
-    """Waits of the jobs that first started in [start, end): per owner, per group, all."""
+    """Waits of the jobs charged to `group_ids` (None: every job) that first started in
+    [start, end): per owner, per group, all."""
     per_user: dict[str, list[float]] = defaultdict(list)
     per_group: dict[str, list[float]] = defaultdict(list)
     everyone: list[float] = []
     for owner, group, submitted, started in Job.objects.filter(
-        first_started_at__gte=start, first_started_at__lt=end
+        _in_scope(group_ids), first_started_at__gte=start, first_started_at__lt=end
     ).values_list("owner__username", "group__name", "submitted_at", "first_started_at"):
         wait = max((started - submitted).total_seconds(), 0.0)
         per_user[owner].append(wait)
@@ -144,19 +163,25 @@ def _waits(
     )
 
 
-def usage_report(*, start: date, end: date) -> UsageReport:
+def usage_report(*, start: date, end: date, group_ids: frozenset[int] | None = None) -> UsageReport:
     """GPU-hours and normalized GPU-hours from `start` to `end` (both days included).
 
     Days are those of the configured time zone, and exact: usage rows start on its local
     hours, so local midnight never falls inside one. Hours held without a group are reported
     under the group "(no group)", so the group table adds up to the user table.
+
+    With `group_ids` (a coordinator's scope, `usage_scope_for`), only the hours and jobs
+    charged to those groups count: a member's row then holds what they ran for these
+    groups, never what they ran for another one.
     """
     # One grouped scan by ids (user x group x type: a few hundred rows), summed both ways
     # here; names are looked up afterwards, since joining every hourly row to three tables
     # before grouping costs more than twice as much (measured on a month of 60 users).
     cells = list(
         UsageHour.objects.filter(
-            hour__gte=_day_start(start), hour__lt=_day_start(end + timedelta(days=1))
+            _in_scope(group_ids),
+            hour__gte=_day_start(start),
+            hour__lt=_day_start(end + timedelta(days=1)),
         )
         .order_by()
         .values_list("user_id", "group_id", "device_type_id")
@@ -188,7 +213,7 @@ def usage_report(*, start: date, end: date) -> UsageReport:
     ]
     device_types = sorted({device_type for _, device_type, _, _ in user_rows})
     user_waits, group_waits, all_waits = _waits(
-        _day_start(start), _day_start(end + timedelta(days=1))
+        _day_start(start), _day_start(end + timedelta(days=1)), group_ids
     )
     users = _lines("user", user_rows, device_types, user_waits)
     type_totals = [
@@ -203,6 +228,13 @@ def usage_report(*, start: date, end: date) -> UsageReport:
         type_totals=type_totals,
         total=_total(type_totals),
         waits=all_waits,
+        scope=None
+        if group_ids is None
+        else tuple(
+            LabGroup.objects.filter(pk__in=group_ids)
+            .order_by("name")
+            .values_list("name", flat=True)
+        ),
     )
 
 
