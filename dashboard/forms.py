@@ -8,7 +8,7 @@ shows the errors next to their field.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 from django import forms
@@ -206,7 +206,11 @@ class UsageRangeForm(forms.Form):
             # midnight: 9999-12-31 overflowed the date type (a 500).
             self.add_error("end", "The end date is after today.")
             return data
-        start: date = data.get("start") or end - timedelta(days=USAGE_DEFAULT_DAYS - 1)
+        # Clamped at the first day there is: in January of year 1 the default start would
+        # overflow the date type (a 500).
+        start: date = data.get("start") or date.fromordinal(
+            max(end.toordinal() - (USAGE_DEFAULT_DAYS - 1), 1)
+        )
         # A range error names a date the user gave: with `start` alone the end is today by
         # default, so the start is what to change.
         end_given = data.get("end") is not None

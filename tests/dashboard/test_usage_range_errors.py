@@ -38,3 +38,14 @@ def test_the_page_shows_the_error_at_the_start_it_was_given(lab_admin, query):
     errors = response.context["form"].errors
     assert list(errors) == ["start"]
     assert 'id="usage-start-error"' in response.content.decode()
+
+
+@pytest.mark.parametrize("end", ["0001-01-01", "0001-01-05", "0001-01-29"])
+@pytest.mark.django_db
+def test_an_end_in_the_first_month_there_is_gives_a_report_not_a_500(lab_admin, api_as, end):
+    # Without a start, the default (29 days before the end) would fall before year 1.
+    response = api_as(lab_admin).get(f"/api/v1/usage/?end={end}")
+
+    assert response.status_code == 200
+    assert response.json()["start"] == "0001-01-01" and response.json()["end"] == end
+    assert logged_in(lab_admin).get(f"/usage/?end={end}").status_code == 200
