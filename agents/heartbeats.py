@@ -190,6 +190,9 @@ def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> 
     )
     for gpu in gpus:
         uuid, index, name = gpu["uuid"], gpu["index"], gpu["name"][:128]
+        # No GPU has 0 MiB: 0 (or null) is a memory NVML could not read this time (the
+        # collector's "no reading"), which must not overwrite the size registered.
+        memory_mb = gpu["memory_total_mb"] or None
         if gpu["lost"]:
             # Nothing about it can be read (not even its memory): only a GPU already
             # registered here is known, as it was; the fault drains the node.
@@ -225,20 +228,20 @@ def _register_devices(node: Node, gpus: list[dict[str, Any]], now: datetime) -> 
                 uuid=uuid,
                 model_name=name,
                 device_type=_device_type_for(gpu["name"]),
-                memory_mb=gpu["memory_total_mb"],
+                memory_mb=memory_mb or 0,  # the model's "unknown"
             )
         elif (
             device.node_id != node.pk
             or device.index != index
             or device.model_name != name
-            or device.memory_mb != gpu["memory_total_mb"]
+            or (memory_mb is not None and device.memory_mb != memory_mb)
             or device.retired_at is not None
         ):
             Device.all_objects.filter(pk=device.pk).update(
                 node=node,
                 index=index,
                 model_name=name,
-                memory_mb=gpu["memory_total_mb"],
+                memory_mb=device.memory_mb if memory_mb is None else memory_mb,
                 retired_at=None,
             )
         devices[uuid] = device
@@ -337,7 +340,7 @@ def agent_heartbeat_record(
                 at=now,
                 utilization_pct=gpu["utilization_pct"],
                 memory_used_mb=gpu["memory_used_mb"],
-                memory_total_mb=gpu["memory_total_mb"],
+                memory_total_mb=gpu["memory_total_mb"] or 0,  # 0: not read (see above)
                 temperature_c=gpu["temperature_c"],
                 power_w=gpu["power_w"],
                 ecc_uncorrected=gpu["ecc_uncorrected"],
@@ -471,10 +474,12 @@ def agent_heartbeat_refused(
 
 
 def _reconcile_on_commit(node: Node, needs_reconcile: bool) -> None:
+    # Every heartbeat of a returning node asks; the request queues one reconcile at a
+    # time per node (`node_return_reconcile_request`).
     if needs_reconcile and ssh_dispatch_enabled():
-        from .tasks import node_return_reconcile_task
+        from .tasks import node_return_reconcile_request
 
-        transaction.on_commit(lambda: node_return_reconcile_task.delay(node_id=node.pk))
+        transaction.on_commit(lambda: node_return_reconcile_request(node_id=node.pk))
 
 
 def _job_samples(

@@ -118,8 +118,11 @@ def agent_launch_request(*, job_id: int, attempt: int) -> None:
         logger.warning(
             "Job %s attempt %s is placed on real node %s, but GPULAB_SCHEDULER_MODE=%s has "
             "no Celery worker to launch it over SSH.",
-            job_id, attempt, node.name, settings.GPULAB_SCHEDULER_MODE,
-        )  # fmt: skip
+            job_id,
+            attempt,
+            node.name,
+            settings.GPULAB_SCHEDULER_MODE,
+        )
         return
     from .tasks import agent_launch_task
 
@@ -135,8 +138,11 @@ def agent_stop_request(*, job_id: int, attempt: int, grace_seconds: int) -> None
         logger.warning(
             "Job %s attempt %s should stop on real node %s, but GPULAB_SCHEDULER_MODE=%s has "
             "no Celery worker to stop it over SSH.",
-            job_id, attempt, node.name, settings.GPULAB_SCHEDULER_MODE,
-        )  # fmt: skip
+            job_id,
+            attempt,
+            node.name,
+            settings.GPULAB_SCHEDULER_MODE,
+        )
         return
     from .tasks import agent_stop_task
 
@@ -233,7 +239,14 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
     try:
         script = _launch_script(_launch_spec(job=job, node=node), node.runtime)
     except runtimes.LaunchRefused as exc:
-        return job_launch_failed(job_id=job_id, message=str(exc))
+        try:
+            return job_launch_failed(job_id=job_id, message=str(exc), attempt=attempt)
+        except ApplicationError as moved:
+            # Nothing reached the node: there is nothing to stop.
+            logger.info(
+                "Launch of job %s attempt %s refused after it moved on: %s", job_id, attempt, moved
+            )
+            return None
     # `docker run` may pull the image first: minutes, not the usual command timeout.
     limit = settings.GPULAB_LAUNCH_TIMEOUT_SECONDS
     try:
@@ -254,20 +267,33 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
     if result.exit_status != 0:
         detail = (result.stderr or result.stdout).strip()[-400:]
         try:
+            # Pinned to this attempt: while the launch ran, the job may have been requeued
+            # (its node taken down) and placed again; that attempt is not this one's to fail.
             return job_launch_failed(
                 job_id=job_id,
                 message=f"Launch on {node.name} failed (exit {result.exit_status}): {detail}",
+                attempt=attempt,
             )
         except ApplicationError as exc:
-            logger.info("Job %s failed to launch but moved on meanwhile: %s", job_id, exc)
+            logger.info(
+                "Job %s attempt %s failed to launch on %s but the job moved on meanwhile: %s",
+                job_id,
+                attempt,
+                node.name,
+                exc,
+            )
             _attempt_end_unwanted(job_id=job_id, attempt=attempt)
             return None
     handle = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "?"
     name = runtimes.attempt_name(job_id, attempt)
     try:
+        # Pinned to this attempt, like the failure above: a newer attempt placed on another
+        # node must not be marked running by this one's program (its own launch would then
+        # skip it, and the program here would hold GPUs nothing accounts for).
         return job_mark_running(
             job_id=job_id,
             message=f"Running on {node.name} ({node.runtime} {name}, pid/id {handle[:12]}).",
+            attempt=attempt,
         )
     except ApplicationError as exc:
         running = Job.objects.filter(pk=job_id, attempt=attempt, state=JobState.RUNNING).first()
@@ -276,7 +302,13 @@ def agent_launch(*, job_id: int, attempt: int) -> Job | None:
             # idempotent (one program per attempt), and the other delivery marked it running.
             logger.info("Job %s attempt %s was already marked running.", job_id, attempt)
             return running
-        logger.info("Job %s started on %s but moved on meanwhile: %s", job_id, node.name, exc)
+        logger.info(
+            "Job %s attempt %s started on %s but the job moved on meanwhile; stopping it: %s",
+            job_id,
+            attempt,
+            node.name,
+            exc,
+        )
         _attempt_end_unwanted(job_id=job_id, attempt=attempt)
         return None
 
@@ -549,8 +581,10 @@ def agent_node_poll(*, node_id: int, grace_seconds: int = 10) -> dict[str, int]:
                 elif status.state == "unreadable":
                     logger.warning(
                         "Status of job %s attempt %s on %s could not be read; left alone.",
-                        live.job_id, live.attempt, node.name,
-                    )  # fmt: skip
+                        live.job_id,
+                        live.attempt,
+                        node.name,
+                    )
             except ApplicationError as exc:
                 logger.info("Poll left job %s alone: %s", live.job_id, exc)
         stale = _stop_stale(session, keep=expected, grace_seconds=grace_seconds)
@@ -665,8 +699,10 @@ def _stop_stale(session: NodeSession, *, keep: list[LiveAttempt], grace_seconds:
     for job_id, attempt in sorted(still):
         logger.warning(
             "Stale attempt %s of job %s on %s still runs after its stop; its GPUs stay busy.",
-            attempt, job_id, session.node.name,
-        )  # fmt: skip
+            attempt,
+            job_id,
+            session.node.name,
+        )
     return StaleStop(stale, listed=True, still_running=still)
 
 
@@ -780,8 +816,11 @@ def _attempt_logs_archive(
             if result.exit_status != 0:
                 logger.warning(
                     "Log of job %s attempt %s on %s not copied: %s",
-                    job_id, attempt, session.node.name, result.stderr.strip()[-300:],
-                )  # fmt: skip
+                    job_id,
+                    attempt,
+                    session.node.name,
+                    result.stderr.strip()[-300:],
+                )
                 break
             # PostgreSQL's text refuses NUL, which a job's binary output may hold: shown as
             # the replacement character, one byte, as an undecodable byte already is.
@@ -930,8 +969,16 @@ def node_agent_bootstrap(
 
     control_plane_url_check(control_plane_url)
     node = Node.objects.get(pk=node_id)
-    argv = [python, "-m", "node_agent", "--url", control_plane_url, "--token-file", "token.new",
-            *extra_args]  # fmt: skip
+    argv = [
+        python,
+        "-m",
+        "node_agent",
+        "--url",
+        control_plane_url,
+        "--token-file",
+        "token.new",
+        *extra_args,
+    ]
     token, key = node_agent_token_create(node_id=node.pk, revoke_others=False)
     may_run = False
     try:
@@ -1261,6 +1308,11 @@ def node_return_reconcile(*, node_id: int, grace_seconds: int = 10) -> list[tupl
     the values read before it would write the old ones back.
     """
     node = Node.objects.get(pk=node_id)
+    if node.state != NodeState.DOWN:
+        # Back already (a reconcile queued before it came back, or an admin's hand): the
+        # node poll stops whatever is stale on a node that is not DOWN.
+        logger.info("Return reconcile of node %s skipped: it is %s.", node.name, node.state)
+        return []
     with node_ssh(node) as session:
         read_at = timezone.now()
         keep = live_attempts_on_node(node_id=node_id)
@@ -1317,8 +1369,10 @@ def undelivered_launches_request() -> list[tuple[int, int]]:
         except Exception:
             logger.warning(
                 "Launch of job %s attempt %s still not sent; the next poll tries again.",
-                job_id, attempt, exc_info=True,
-            )  # fmt: skip
+                job_id,
+                attempt,
+                exc_info=True,
+            )
             continue
         # Whatever state the launch has taken the job to meanwhile, the mark goes.
         Job.objects.filter(pk=job_id, attempt=attempt, reason=LAUNCH_UNDELIVERED_REASON).update(

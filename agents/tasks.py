@@ -18,7 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from cluster.services import node_drain_settle
-from config.fail_open_cache import cache_add, cache_delete
+from config.fail_open_cache import cache_add, cache_delete, cache_set
 from scheduler.models import MAX_PREEMPTION_GRACE_SECONDS
 from scheduler.selectors import scheduler_config_get
 
@@ -242,6 +242,37 @@ def node_drain_settle_task() -> list[str]:
     return node_drain_settle()
 
 
+# A retried return reconcile waits this long first (a blip on the node's network).
+RETURN_RETRY_SECONDS = 10
+
+
+def _return_guard(node_id: int) -> str:
+    return f"agents:node-return:{node_id}"
+
+
+def node_return_reconcile_request(*, node_id: int) -> bool:
+    """Queue the return reconcile of a DOWN node that sent a heartbeat, unless one is
+    queued or under way already; True when queued.
+
+    The agent keeps sending heartbeats (every 10 s) while the reconcile runs, and each
+    asks for it again: without the guard each copy would hold an SSH worker slot for its
+    connect budget or a grace period, and send the stale attempts SIGTERM again. The
+    guard is set here, when queued, not when a worker takes the task, because the copies
+    would fill the queue all the same; the task clears it when it ends. It lasts the
+    task's time limit, so a task lost on the way (a worker killed mid-run, a broker
+    restart) holds the node DOWN for at most that long before a heartbeat asks again.
+    """
+    key = _return_guard(node_id)
+    if not cache_add(key, timeout=STOPPING_TIME_LIMIT):
+        return False
+    try:
+        node_return_reconcile_task.delay(node_id=node_id)
+    except Exception:
+        cache_delete(key)  # never queued: the next heartbeat must be able to ask again
+        raise
+    return True
+
+
 @shared_task(
     name="agents.node_return_reconcile",
     max_retries=SSH_RETRIES,
@@ -249,17 +280,30 @@ def node_drain_settle_task() -> list[str]:
     time_limit=STOPPING_TIME_LIMIT,
 )
 def node_return_reconcile_task(self, node_id: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    """A DOWN node sent a heartbeat: stop its stale attempts, then it is UP again."""
-    grace = scheduler_config_get().preemption_grace_seconds
+    """A DOWN node sent a heartbeat: stop its stale attempts, then it is UP again.
+
+    Queued through `node_return_reconcile_request`, whose guard it clears when it ends,
+    and keeps (renewed for the next try) while a retry is on its way.
+    """
+    key = _return_guard(node_id)
+    retrying = False
     try:
-        stopped = node_return_reconcile(node_id=node_id, grace_seconds=grace)
-    except SshMisconfigured as exc:
-        # The node stays DOWN; its next heartbeat asks for the reconcile again.
-        _misconfigured(exc, f"the return of node {node_id}")
-        return []
-    except NodeUnreachable as exc:
-        raise self.retry(countdown=10) from exc
-    return [list(pair) for pair in stopped]
+        grace = scheduler_config_get().preemption_grace_seconds
+        try:
+            stopped = node_return_reconcile(node_id=node_id, grace_seconds=grace)
+        except SshMisconfigured as exc:
+            # The node stays DOWN; its next heartbeat asks for the reconcile again.
+            _misconfigured(exc, f"the return of node {node_id}")
+            return []
+        except NodeUnreachable as exc:
+            if self.request.retries < self.max_retries:
+                retrying = True
+                cache_set(key, 1, timeout=STOPPING_TIME_LIMIT + RETURN_RETRY_SECONDS)
+            raise self.retry(countdown=RETURN_RETRY_SECONDS) from exc
+        return [list(pair) for pair in stopped]
+    finally:
+        if not retrying:
+            cache_delete(key)
 
 
 @shared_task(name="agents.metrics_rollup", time_limit=300)

@@ -603,9 +603,18 @@ def job_start(*, job_id: int, device_ids: Sequence[int], message: str = "") -> J
     return job
 
 
-def job_mark_running(*, job_id: int, message: str = "Container is running.") -> Job:
+def job_mark_running(
+    *, job_id: int, message: str = "Container is running.", attempt: int | None = None
+) -> Job:
+    """STARTING → RUNNING: the launch started the program. With `attempt`, only that
+    attempt: a launch that outlived its attempt (the job requeued and placed elsewhere
+    meanwhile) must not mark the newer attempt running on GPUs of another node."""
     return job_transition(
-        job_id=job_id, to_state=JobState.RUNNING, actor=EventActor.AGENT, message=message
+        job_id=job_id,
+        to_state=JobState.RUNNING,
+        actor=EventActor.AGENT,
+        message=message,
+        at_attempt=attempt,
     )
 
 
@@ -740,14 +749,19 @@ def _retry_failed_attempt(
     return retried
 
 
-def job_launch_failed(*, job_id: int, message: str) -> Job:
-    """STARTING → FAILED: the launch itself failed (bad image, node refused)."""
+def job_launch_failed(*, job_id: int, message: str, attempt: int | None = None) -> Job:
+    """STARTING → FAILED: the launch itself failed (bad image, node refused).
+
+    With `attempt`, only that attempt: an old launch's failure must not fail (never to
+    be retried) the attempt the job was requeued to meanwhile.
+    """
     failed = job_transition(
         job_id=job_id,
         to_state=JobState.FAILED,
         actor=EventActor.AGENT,
         message=message,
         expected=frozenset({JobState.STARTING}),
+        at_attempt=attempt,
         reason=message,
     )
     round_request_on_commit()  # its GPUs are free for the next job now, not at the timer

@@ -385,6 +385,9 @@ class NvmlCollector:
             "uuid": gpu.uuid,
             "name": gpu.name,
             "lost": False,
+            # 0 where NVML could not read it: no GPU has 0 MiB, so the control plane takes
+            # 0 for "no reading" and keeps the size it registered. Not null, which control
+            # planes up to now refuse, with the whole heartbeat (readings and faults).
             "memory_total_mb": min(int(memory.total) // MIB, MAX_COUNT) if memory else 0,
             "memory_used_mb": min(int(memory.used) // MIB, MAX_COUNT) if memory else 0,
             "utilization_pct": _within(int(rates.gpu), 0, 100) if rates else None,
