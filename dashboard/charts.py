@@ -141,6 +141,9 @@ class TimeAxis:
 
     offset: timedelta | None  # the fixed offset of x; None: x is the wall clock
     axis: dict[str, object]  # x-axis settings (explicit ticks across a change)
+    # x to the second, for moments closer than a minute (a job's raw GPU readings);
+    # otherwise to the minute, as `chart_time` writes it.
+    seconds: bool = False
 
     @property
     def hover(self) -> str:
@@ -148,9 +151,10 @@ class TimeAxis:
         return "%{x}" if self.offset is None else "%{text}"
 
     def x(self, moments: Iterable[datetime]) -> list[str]:
+        shape = "%Y-%m-%d %H:%M:%S" if self.seconds else "%Y-%m-%d %H:%M"
         if self.offset is None:
-            return [chart_time(moment) for moment in moments]
-        return [f"{moment.astimezone(UTC) + self.offset:%Y-%m-%d %H:%M}" for moment in moments]
+            return [timezone.localtime(moment).strftime(shape) for moment in moments]
+        return [(moment.astimezone(UTC) + self.offset).strftime(shape) for moment in moments]
 
     def points(self, moments: Sequence[datetime]) -> dict[str, list[str]]:
         """A trace's `x` and, across a change, its `text` (the wall clock, for `hover`)."""
@@ -159,13 +163,16 @@ class TimeAxis:
         return {"x": self.x(moments), "text": [wall_clock_label(m) for m in moments]}
 
 
-def time_axis(moments: Iterable[datetime]) -> TimeAxis:
-    """The `TimeAxis` of a chart of `moments` (all its traces', so they share one x)."""
+def time_axis(moments: Iterable[datetime], *, seconds: bool = False) -> TimeAxis:
+    """The `TimeAxis` of a chart of `moments` (all its traces', so they share one x);
+    `seconds`: x to the second (`TimeAxis.seconds`)."""
     moments = sorted(moments)
     if len({timezone.localtime(moment).utcoffset() for moment in moments}) < 2:
-        return TimeAxis(offset=None, axis={})
+        return TimeAxis(offset=None, axis={}, seconds=seconds)
     first, last = moments[0], moments[-1]
-    fixed = TimeAxis(offset=timezone.localtime(last).utcoffset() or timedelta(0), axis={})
+    fixed = TimeAxis(
+        offset=timezone.localtime(last).utcoffset() or timedelta(0), axis={}, seconds=seconds
+    )
     span_hours = (last - first) / HOUR
     hours = next((step for step in TICK_HOURS if span_hours / step <= MAX_TICK_GAPS), None)
     days = next(
@@ -198,4 +205,5 @@ def time_axis(moments: Iterable[datetime]) -> TimeAxis:
     return TimeAxis(
         offset=fixed.offset,
         axis={"type": "date", "tickmode": "array", "tickvals": tickvals, "ticktext": ticktext},
+        seconds=seconds,
     )

@@ -243,6 +243,18 @@ def clone_caveats(job: Job, *, user: User) -> list[str]:
     through the API may have, dependencies `user` may not wait for): said on the page
     rather than lost silently."""
     caveats = []
+    if job.array_id is not None:
+        # The launch sets the GPULAB_ARRAY_* variables from the task's array (agents.
+        # runtimes); a submitted environment may not name them (GPULAB_ is reserved), so
+        # the form cannot carry the index over: a program that reads it would fail or,
+        # with a default, quietly run another task's share of the sweep.
+        caveats.append(
+            f"This is task {job.array_index} of array {job.array_id} ({job.array.size} "
+            "tasks): the copy runs as a single job, without GPULAB_ARRAY_INDEX (nor "
+            "GPULAB_ARRAY_ID, GPULAB_ARRAY_SIZE), which only an array's tasks get. If "
+            f"its program reads the index, give it task {job.array_index}'s settings in "
+            "the command, or fill in Array size to submit a whole array again."
+        )
     _, left_out = _dependencies_for(job, user)
     if left_out:
         caveats.append(

@@ -31,7 +31,7 @@ from agents.logs import job_log_tail
 from agents.runtimes import LOG_STREAMS
 from agents.selectors import job_measured_rates
 from config.errors import ApplicationError, NotFound, ValidationFailed
-from dashboard.charts import PALETTE, figure_json, figure_new
+from dashboard.charts import PALETTE, figure_json, figure_new, time_axis
 from scheduler.models import StartForecast
 from scheduler.selectors import scheduler_config_get, start_forecast_of, start_forecast_score
 
@@ -177,6 +177,14 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
                 )
             messages.success(request, submitted)
             return redirect("jobs:detail", job_id=job.pk)
+    if request.method == "POST" and "clone" in request.GET:
+        # The form posts back to its own address, ?clone= included: a refused copy keeps
+        # saying what it copies and what it could not carry over (the fields keep what was
+        # typed). Checked again, as on GET; a job gone from view just loses the note.
+        try:
+            clone_of = _job_or_404(request, request.GET["clone"])
+        except Http404:
+            clone_of = None
     return render(
         request,
         "jobs/submit.html",
@@ -341,22 +349,29 @@ def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
         subplot_titles=("Utilization (%)", "Memory used (GiB)"),
         figure=figure_new(height=440),
     )
+    # One x for every device, distinct also across a daylight saving change (`TimeAxis`:
+    # local wall-clock text would draw the repeated autumn hour twice at one x, doubling
+    # the line back); to the second, as raw readings come several a minute.
+    axis = time_axis((point.at for device in devices for point in device.points), seconds=True)
     for number, device in enumerate(devices):
-        times: list[datetime | None] = []
+        placed = axis.points([point.at for point in device.points])
+        times: list[str | None] = []
+        texts: list[str | None] = []
         utilization: list[float | None] = []
         memory: list[float | None] = []
         previous = None
         gap = max(GPU_USE_GAP, 2 * device.step)
-        for point in device.points:
+        for index, point in enumerate(device.points):
             # A gap (preempted, pending, node silent) is a break in the line, not a slope.
             if previous is not None and point.at - previous > gap:
                 times.append(None)
+                texts.append(None)
                 utilization.append(None)
                 memory.append(None)
             previous = point.at
-            # Plotly draws datetimes as wall-clock text: give it the site's local time,
-            # the same clock as the page's other timestamps.
-            times.append(timezone.localtime(point.at).replace(tzinfo=None))
+            times.append(placed["x"][index])
+            if "text" in placed:
+                texts.append(placed["text"][index])
             utilization.append(point.utilization_pct)
             memory.append(round(point.memory_used_mb / 1024, 2))
         style = {
@@ -365,12 +380,28 @@ def _gpu_use_figure(devices: list[selectors.DeviceGpuUse]) -> str:
             "line": {"color": PALETTE[number % len(PALETTE)], "width": 1.5},
             "legendgroup": device.label,
             "name": device.label,
+            "x": times,
+            # Across a change, x runs at a fixed offset: the hover names the true wall clock.
+            **({"text": texts} if "text" in placed else {}),
         }
-        figure.add_scatter(x=times, y=utilization, row=1, col=1, **style)
-        figure.add_scatter(x=times, y=memory, row=2, col=1, showlegend=False, **style)
+        figure.add_scatter(
+            y=utilization,
+            row=1,
+            col=1,
+            hovertemplate=f"{axis.hover}<br>%{{y:.0f}} %<extra>%{{fullData.name}}</extra>",
+            **style,
+        )
+        figure.add_scatter(
+            y=memory,
+            row=2,
+            col=1,
+            showlegend=False,
+            hovertemplate=f"{axis.hover}<br>%{{y:.2f}} GiB<extra>%{{fullData.name}}</extra>",
+            **style,
+        )
     # figure_new styled only the axes that existed; the grid adds a second pair. Room at
     # the top for the panel titles, which the house style's margin (no title) lacks.
-    figure.update_xaxes(gridcolor="#eceff3", zeroline=False)
+    figure.update_xaxes(gridcolor="#eceff3", zeroline=False, **axis.axis)
     figure.update_yaxes(gridcolor="#eceff3", zeroline=False)
     figure.update_yaxes(range=[0, 100], row=1, col=1)
     figure.update_yaxes(rangemode="tozero", row=2, col=1)

@@ -41,7 +41,10 @@ class QueueEntryOutput(serializers.Serializer):
     waiting_seconds = serializers.FloatField(
         help_text="Pending: since it last became pending. Running: since it started."
     )
-    reason = serializers.CharField(help_text="The scheduler's reason code and detail.")
+    reason = serializers.CharField(
+        help_text="The scheduler's reason code and detail; for a job the caller may not see "
+        "in full, a quota hold is its code alone (another person's cap is not told)."
+    )
     reason_words = serializers.CharField()
     jobs_ahead = serializers.IntegerField()
     gpus_ahead = serializers.IntegerField()

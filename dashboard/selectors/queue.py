@@ -37,6 +37,10 @@ REASON_WORDS = {
     "DependencyNeverSatisfied": "A job it depends on did not succeed",
     "ArrayLimit": "Its array runs as many tasks as it may at once",
 }
+# Codes whose detail is a limit of the job's owner or group: a quota's cap ("user max GPUs
+# 2", "group max a100 GPUs 3", scheduler.policies.fairness), which only those who see the job
+# in full (its owner, the group's coordinators, admins) are told, as the quota pages do.
+PRIVATE_DETAIL_CODES = frozenset({"QuotaExceeded"})
 # Waiting-time histogram bins (upper bounds), wide enough for minutes-long and day-long waits.
 WAIT_BINS: list[tuple[str, timedelta | None]] = [
     ("< 1 min", timedelta(minutes=1)),
@@ -88,6 +92,13 @@ def reason_in_words(reason: str) -> str:
     return f"{words}: {detail}" if detail else words
 
 
+def reason_for_outsider(reason: str) -> str:
+    """`reason` as told to someone who may not see its job in full: a quota's cap is left
+    out ("QuotaExceeded: user max GPUs 2" -> "QuotaExceeded", said "Held by a quota")."""
+    code, _, _ = reason.partition(": ")
+    return code if code in PRIVATE_DETAIL_CODES else reason
+
+
 def _entry(
     row: dict,
     *,
@@ -100,6 +111,9 @@ def _entry(
     mine = row["owner_id"] == viewer.pk
     visible = job_seen_by(viewer, owner_id=row["owner_id"], group_id=row["group_id"])
     since = row["pending_since"] if row["state"] == JobState.PENDING else row["started_at"]
+    reason = row["reason"] if row["state"] == JobState.PENDING else ""
+    if not visible:
+        reason = reason_for_outsider(reason)
     return QueueEntry(
         job_id=row["id"] if visible else None,
         name=row["name"] if visible else "",
@@ -114,8 +128,8 @@ def _entry(
         queue_position=row["queue_position"],
         attained_gpu_hours=round((row["attained_service"] + live) / 3600.0, 2),
         waiting_seconds=max(0.0, (now - since).total_seconds()) if since else 0.0,
-        reason=row["reason"] if row["state"] == JobState.PENDING else "",
-        reason_words=reason_in_words(row["reason"]) if row["state"] == JobState.PENDING else "",
+        reason=reason,
+        reason_words=reason_in_words(reason) if row["state"] == JobState.PENDING else "",
         jobs_ahead=jobs_ahead,
         gpus_ahead=gpus_ahead,
         estimated_start=_estimated_start(row),

@@ -8,11 +8,14 @@
    image rather than inside it (an image's content is hidden from screen readers, so
    buttons within it would be focusable yet unnamed).
    Auto-refresh: a page whose <main> has `data-refresh-seconds` re-fetches itself and swaps
-   each `[data-refresh-id]` element for its fresh copy. The reader keeps their place: scroll
-   position is untouched, a region holding keyboard focus, a text selection or a form field
-   the reader has typed into is skipped,
-   nothing happens while the tab is hidden, and a button pauses it. An open <details> stays
-   open across a swap.
+   each `[data-refresh-id]` element for its fresh copy; a region the fresh page lacks is
+   emptied (templates render every region, empty when it has nothing to say, so this only
+   clears what is gone), except a chart, which keeps its last drawing. The reader keeps
+   their place: scroll position is untouched, a region holding keyboard focus, a text
+   selection or a form field the reader has changed is skipped, and so is one holding a
+   `[data-keep]` element (a form error the server re-showed with what was typed, kept until
+   the reader submits again); nothing happens while the tab is hidden, and a button pauses
+   it. An open <details> stays open across a swap.
    What it says: the stamp shows when the page was last updated, in the lab's time zone
    (`data-time-zone` on <body>: the pages' times are the lab's, not the browser's). The
    `[data-refresh-status]` live region speaks only of changes worth hearing: an element
@@ -75,14 +78,33 @@
     root.querySelectorAll(".chart[data-figure]").forEach(drawChart);
   }
 
+  function selectChanged(select) {
+    var options = select.options;
+    if (select.multiple) {
+      for (var i = 0; i < options.length; i += 1) {
+        if (options[i].selected !== options[i].defaultSelected) return true;
+      }
+      return false;
+    }
+    // A drop-down with no `selected` option shows its first: that is its default, not an
+    // edit (else the region would never refresh again). Of several, the last one wins, as
+    // in the browser; a list box (size > 1) starts with none.
+    var initial = select.size > 1 ? -1 : 0;
+    for (var j = 0; j < options.length; j += 1) {
+      if (options[j].defaultSelected) initial = j;
+    }
+    return options.length > 0 && select.selectedIndex !== initial;
+  }
+
   function hasUnsavedInput(element) {
+    // A re-shown form error (what was typed, refused) reads as unsaved although its value
+    // is the field's default: a refresh must not take it away before it is read and fixed.
+    if (element.querySelector("[data-keep]")) return true;
     var fields = element.querySelectorAll("input, textarea, select");
     for (var i = 0; i < fields.length; i += 1) {
       var field = fields[i];
       if (field.tagName === "SELECT") {
-        for (var j = 0; j < field.options.length; j += 1) {
-          if (field.options[j].selected !== field.options[j].defaultSelected) return true;
-        }
+        if (selectChanged(field)) return true;
       } else if (field.type === "checkbox" || field.type === "radio") {
         if (field.checked !== field.defaultChecked) return true;
       } else if (field.type !== "hidden" && field.value !== field.defaultValue) {
@@ -113,7 +135,13 @@
   function swap(fresh) {
     document.querySelectorAll("[data-refresh-id]").forEach(function (old) {
       var copy = fresh.querySelector('[data-refresh-id="' + old.dataset.refreshId + '"]');
-      if (!copy || readerIsIn(old)) return;
+      if (readerIsIn(old)) return;
+      if (!copy) {
+        // Gone from the page (e.g. an idle warning lifted): nothing stale is left behind.
+        // A chart keeps its last drawing; emptied, Plotly's own elements would go with it.
+        if (!old.classList.contains("chart") && old.innerHTML !== "") old.innerHTML = "";
+        return;
+      }
       if (old.classList.contains("chart")) {
         if (copy.dataset.figure !== old.dataset.figure) {
           old.dataset.figure = copy.dataset.figure;
