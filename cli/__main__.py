@@ -114,6 +114,16 @@ def shown(text: object) -> str:
     return str(text).translate(_CONTROL)
 
 
+# Another user's log keeps its lines and tabs; all else a terminal acts on is made visible.
+_LOG_CONTROL = {code: text for code, text in _CONTROL.items() if chr(code) not in "\n\t"}
+
+
+def shown_log(text: str) -> str:
+    """Someone else's log (an admin's or a coordinator's read) for a terminal: the job
+    wrote it, so it must not retitle, clear or forge lines on the reader's terminal."""
+    return text.translate(_LOG_CONTROL)
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -168,7 +178,7 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         if value is not None:
             spec[name] = value
     if args.env:
-        spec["env"] = dict(args.env)
+        spec["env"] = args.env
     if args.time is not None:
         spec["walltime_seconds"] = args.time
     if args.dependency is not None:
@@ -384,24 +394,69 @@ def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     return 1 if failed else 0
 
 
-def cmd_logs(args: argparse.Namespace, client: Client, out: TextIO) -> int:
+def cmd_logs(
+    args: argparse.Namespace,
+    client: Client,
+    out: TextIO,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    err: TextIO | None = None,
+) -> int:
     stream = "stderr" if args.stderr else "stdout"
-    text = client.logs(args.job, stream)["text"]
-    out.write(text)
-    out.flush()
-    while args.follow:
-        job = patiently(lambda: client.job(args.job))
+    job = client.job(args.job)
+    # The owner's own log is printed as written (its colours, its progress bars); anyone
+    # else's (an admin's or a coordinator's read) could drive the reader's terminal.
+    as_written = job["owner"] == client.username()
+
+    def write(text: str) -> None:
+        out.write(text if as_written else shown_log(text))
+        out.flush()
+
+    if not args.follow:
+        write(client.logs(args.job, stream)["text"])
+        return 0
+    text = _first_log(client, job, stream, interval=args.interval, sleep=sleep, err=err)
+    write(text)
+    while True:
+        job = patiently(lambda: client.job(args.job), sleep=sleep, err=err)
         if job["state"] in TERMINAL_STATES:
             # Read once more: what it wrote between the last read and its end.
-            out.write(log_new_part(text, _logs_text(client, args.job, stream, text)))
-            out.flush()
+            write(log_new_part(text, _logs_text(client, args.job, stream, text)))
             return 0
-        time.sleep(args.interval)
+        sleep(args.interval)
         newer = _logs_text(client, args.job, stream, text)
-        out.write(log_new_part(text, newer))
-        out.flush()
+        write(log_new_part(text, newer))
         text = newer
-    return 0
+
+
+def _first_log(
+    client: Client,
+    job: dict[str, Any],
+    stream: str,
+    *,
+    interval: float,
+    sleep: Callable[[float], None],
+    err: TextIO | None,
+) -> str:
+    """A followed log's first read: the server or the node away for a while is ridden
+    out, and a job that has not started yet is waited for (said once, on stderr)."""
+    job_id, said = job["id"], False
+    while True:
+        try:
+            return patiently(lambda: client.logs(job_id, stream), sleep=sleep, err=err)["text"]
+        except ApiError as exc:
+            # A 404 for a job just read: no attempt has run (or its node has no log yet).
+            # One that ended without starting has no log to wait for.
+            if exc.status != 404 or job["state"] in TERMINAL_STATES:
+                raise
+        if not said:
+            print(
+                f"gpulab: job {job_id} has not started ({shown(job['state'])}); waiting for it",
+                file=err or sys.stderr,
+            )
+            said = True
+        sleep(interval)
+        job = patiently(lambda: client.job(job_id), sleep=sleep, err=err)
 
 
 def _logs_text(client: Client, job_id: int, stream: str, last: str) -> str:
@@ -535,6 +590,49 @@ def _env_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
+class _EnvCollect(argparse.Action):
+    """`-e NAME=value`, repeated, into one dict. A name given twice is refused, as the API
+    refuses it: keeping the last value without a word would run with a value not meant."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        name, value = values
+        env = dict(getattr(namespace, self.dest) or {})
+        if name in env:
+            parser.error(f"--env: {name} is given twice; give each variable once.")
+        env[name] = value
+        setattr(namespace, self.dest, env)
+
+
+class _DependencyCollect(argparse.Action):
+    """`-d`, repeated, as one dependency: `-d afterok:12 -d 13` waits for both, as
+    `afterok:12:13` does. The API takes one kind for all of a job's dependencies, so
+    afterok and afterany together are refused rather than one of them dropped."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        kind, ids = values
+        before = getattr(namespace, self.dest)
+        if before is not None:
+            if before[0] != kind:
+                parser.error(
+                    f"--dependency: {before[0]} and {kind} together; a job waits for all its "
+                    "dependencies one way: give one kind (bare ids are afterok)."
+                )
+            ids = [*before[1], *ids]
+        setattr(namespace, self.dest, (kind, ids))
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
@@ -569,7 +667,9 @@ def parser_build() -> argparse.ArgumentParser:
         "--type", "-t", action="append", help="An accepted GPU type (repeat; default any)."
     )
     submit.add_argument("--name", "-n", help="Job name (default: from the command).")
-    submit.add_argument("--env", "-e", action="append", type=_env_pair, help="NAME=value.")
+    submit.add_argument(
+        "--env", "-e", action=_EnvCollect, type=_env_pair, help="NAME=value (repeat)."
+    )
     submit.add_argument(
         "--time", type=_walltime, help="Walltime: minutes (90), HH:MM:SS, D-HH:MM or 2h30m."
     )
@@ -579,8 +679,10 @@ def parser_build() -> argparse.ArgumentParser:
     submit.add_argument(
         "--dependency",
         "-d",
+        action=_DependencyCollect,
         type=_dependency,
-        help="Start after jobs of yours: afterok:12:13 (they succeeded) or afterany:12.",
+        help="Start after jobs of yours: afterok:12:13 (they succeeded) or afterany:12 "
+        "(repeat to add jobs, of one kind).",
     )
     submit.add_argument(
         "--mail-type",
@@ -663,6 +765,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # --start lists pending jobs only: taking --state or --all silently would print
         # something other than what was asked for.
         parser.error("jobs --start lists pending jobs; it takes neither --state nor --all.")
+    if getattr(args, "wait", False) and args.array is not None:
+        # Exiting 0 at once, as if it had been followed, would say the tasks succeeded.
+        parser.error(
+            "submit --wait follows a single job, not an array: list its tasks with "
+            "`gpulab jobs --array ID` (the array id submit prints)."
+        )
     try:
         if not getattr(args, "needs_client", True):
             return args.handler(args, out)

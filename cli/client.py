@@ -23,6 +23,13 @@ USER_AGENT = "gpulab-cli/1"
 # use): a wrong address, not an outage, so nothing is tried again.
 NOT_THE_API = -1
 
+# The fields of the API's job (detail) answer that the commands read without a default:
+# an answer without them is not a job.
+JOB_KEYS = (
+    "id", "name", "owner", "state", "image", "command", "num_gpus", "accepted_types",
+    "walltime_seconds", "attained_gpu_hours", "attempt", "preemption_count", "submitted_at",
+)  # fmt: skip
+
 
 class ApiError(Exception):
     """The API refused (4xx/5xx), could not be reached (`status` 0), or what answered is
@@ -135,16 +142,19 @@ class Client:
     # ------------------------------------------------------------------ the endpoints
 
     def submit(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return self.request("POST", "/api/v1/jobs/", body=dict(spec))
+        return self._job_answer(self.request("POST", "/api/v1/jobs/", body=dict(spec)))
 
     def job(self, job_id: int) -> dict[str, Any]:
-        return self.request("GET", f"/api/v1/jobs/{int(job_id)}/")
+        return self._job_answer(self.request("GET", f"/api/v1/jobs/{int(job_id)}/"))
 
     def cancel(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/api/v1/jobs/{int(job_id)}/cancel/")
+        return self._job_answer(self.request("POST", f"/api/v1/jobs/{int(job_id)}/cancel/"))
 
     def cancel_array(self, array_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/api/v1/arrays/{int(array_id)}/cancel/")
+        data = self.request("POST", f"/api/v1/arrays/{int(array_id)}/cancel/")
+        if not isinstance(data, dict) or not isinstance(data.get("cancelled"), list):
+            raise ApiError(NOT_THE_API, self._not_the_api())
+        return data
 
     def quotas(self) -> list[dict[str, Any]]:
         """The caller's own account and lab groups, each with its usage and limits."""
@@ -153,10 +163,28 @@ class Client:
             raise ApiError(NOT_THE_API, self._not_the_api())
         return data["accounts"]
 
+    def username(self) -> str:
+        """The caller's user name: the API has no "who am I", but the quotas list the
+        caller's own account (kind "user") by name. "" when it is not there."""
+        for account in self.quotas():
+            if isinstance(account, dict) and account.get("kind") == "user":
+                return str(account.get("name") or "")
+        return ""
+
     def logs(self, job_id: int, stream: str) -> dict[str, Any]:
-        return self.request(
+        data = self.request(
             "GET", f"/api/v1/agents/jobs/{int(job_id)}/logs/", params={"stream": stream}
         )
+        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+            raise ApiError(NOT_THE_API, self._not_the_api())
+        return data
+
+    def _job_answer(self, data: Any) -> dict[str, Any]:
+        """`data` if it is a job as the API gives one (what the commands read of it), so
+        a 200 from something else is said so rather than ending in a traceback."""
+        if not isinstance(data, dict) or not all(key in data for key in JOB_KEYS):
+            raise ApiError(NOT_THE_API, self._not_the_api())
+        return data
 
     def jobs(
         self,

@@ -174,7 +174,10 @@ class FollowedJob:
         return {"text": "".join(f"step {n}\n" for n in range(self.reads))}
 
     def job(self, job_id: int) -> dict:
-        return {"state": "SUCCEEDED" if self.reads >= 4 else "RUNNING"}
+        return {"id": 1, "owner": "alice", "state": "SUCCEEDED" if self.reads >= 4 else "RUNNING"}
+
+    def username(self) -> str:
+        return "alice"
 
 
 def test_following_a_log_prints_each_line_once_through_an_unreadable_moment() -> None:
