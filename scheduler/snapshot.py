@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 
 from accounts.models import DeviceTypeQuota, LabGroup, User
 from agents.selectors import JobProgram, argv_text, measured_rates
@@ -217,13 +217,11 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
     half_life = django_settings.GPULAB_USAGE_HALF_LIFE_HOURS * 3600.0
 
     may_span = jobs_may_span_nodes()  # one node per job wherever real nodes launch them
-    # A cordoned GPU is left out, so nothing is placed on it and no job waits for it; but
-    # not while a job still holds it: that job runs on, on a device the policy knows.
-    held_now = Allocation.objects.filter(device_id=OuterRef("pk"), ended_at__isnull=True)
-    device_rows = (
-        Device.objects.filter(kind=DeviceKind.GPU)
-        .filter(Q(cordoned_at__isnull=True) | Exists(held_now))
-        .values_list("id", "node__name", "device_type__name", "device_type__speed", "cordoned_at")
+    # A cordoned GPU is in the snapshot, not schedulable: nothing is placed on it, a job
+    # holding it runs on, and a job that would fit with it back in service is held
+    # NodeDrained (an admin can act), not TypeUnavailable (change the request).
+    device_rows = Device.objects.filter(kind=DeviceKind.GPU).values_list(
+        "id", "node__name", "device_type__name", "device_type__speed", "cordoned_at"
     )
     devices = tuple(
         DeviceView(
@@ -432,6 +430,8 @@ def _snapshot_read(*, now: datetime, settings: SchedulerSettings) -> tuple[Snaps
                 preemptible=not row["interactive"],
                 reclaimable=row["interactive"],
                 pending_since=pending_since,
+                # Not preemptible until RUNNING (the job state machine): no victim, no mover.
+                starting=state == JobState.STARTING,
             )
         )
 

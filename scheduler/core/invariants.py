@@ -36,13 +36,14 @@ def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
     1. Every decision names a known job, and no job gets two decisions (start/preempt/hold).
     2. Starts are for pending jobs, preemptions for running jobs, holds for pending jobs;
        every pending job that does not start is held (so users always see a reason).
-    3. A preempted job is preemptible (or reclaimable, for another job) and past its
-       minimum runtime.
+    3. A preempted job is preemptible (or reclaimable, for another job), past its
+       minimum runtime, and no longer starting.
     4. A start gets exactly `num_gpus` distinct, known, schedulable devices of accepted
        types on schedulable nodes, none busy, none held by a running job that keeps running, none
        given to another start; `required` consolidation stays on one node.
     5. Quotas hold after the round for every account that starts a job (running jobs over a
-       lowered quota are never preempted for it, so only accounts that grow are checked).
+       lowered quota are never preempted for it, so only accounts that grow are checked);
+       a job preempted this round still counts against its owner's and group's quotas.
     6. Queue changes name known jobs and existing queues; `order` lists each active job once.
     """
     jobs = snapshot.job_by_id
@@ -72,6 +73,9 @@ def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
             _fail(f"job {job_id} is preempted but not preemptible")
         if job.started_at is not None and snapshot.now - job.started_at < settings.min_runtime:
             _fail(f"job {job_id} is preempted inside its minimum runtime")
+        if job.starting:
+            # The job state machine preempts only RUNNING jobs: the apply step would drop it.
+            _fail(f"job {job_id} is preempted while it is still starting")
 
     # Devices of jobs preempted this round may be reused at once: the apply step waits for
     # the checkpoint-and-kill before launching (algorithms.md section 1, preemption cost).
@@ -96,7 +100,7 @@ def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
     if silent:
         _fail(f"pending jobs {sorted(silent)} neither start nor are held")
 
-    _check_quotas(snapshot, decisions, preempted)
+    _check_quotas(snapshot, decisions)
 
     queues = len(settings.queue_thresholds) + 1
     for change in decisions.queue_changes:
@@ -154,7 +158,7 @@ def _has_quota(snapshot: Snapshot, kind: str, name: str) -> bool:
     return account is not None and account.quota != Quota()
 
 
-def _check_quotas(snapshot: Snapshot, decisions: Decisions, preempted: set[int]) -> None:
+def _check_quotas(snapshot: Snapshot, decisions: Decisions) -> None:
     jobs = snapshot.job_by_id
     started = {start.job_id: start.device_ids for start in decisions.starts}
     # Only accounts that start something and have a quota can break one this round.
@@ -172,9 +176,9 @@ def _check_quotas(snapshot: Snapshot, decisions: Decisions, preempted: set[int])
     # A per-type limit an account was already over (lowered by an admin) only matters for
     # the types its starts add to.
     grown_types: set[tuple[tuple[str, str], str]] = set()
+    # A job preempted this round still counts: it checkpoints on its GPUs through the grace
+    # period, so its owner may not start another job beside it (`StoppingJob`).
     for job in snapshot.jobs:
-        if job.id in preempted:
-            continue
         if job.phase is JobPhase.RUNNING:
             device_ids = job.devices
         elif job.id in started:

@@ -32,9 +32,10 @@ class JobPhase(StrEnum):
     """The two states a policy reasons about.
 
     The live system has more (STARTING, PREEMPTING, ...); the adapter maps STARTING to
-    RUNNING (it holds devices) and leaves PREEMPTING jobs out of the job list while still
-    marking their devices busy through `Snapshot.busy_device_ids` and listing what they
-    hold in `Snapshot.stopping_jobs` (quotas count it).
+    RUNNING with `Job.starting` set (it holds devices, but may not be preempted yet) and
+    leaves PREEMPTING jobs out of the job list while still marking their devices busy
+    through `Snapshot.busy_device_ids` and listing what they hold in
+    `Snapshot.stopping_jobs` (quotas count it).
     """
 
     PENDING = "pending"
@@ -53,9 +54,10 @@ class Device:
     node: str
     device_type: str  # e.g. "a100", "v100", "rtx3090"
     speed: float = 1.0  # relative speed set by admins; 1.0 is the reference
-    # False for a GPU an admin cordoned that a running job still holds: as on a drained
-    # node, that job keeps it, nothing new starts there, and preempting the job frees
-    # nothing (the snapshot leaves out cordoned GPUs nobody holds).
+    # False for a GPU an admin cordoned (out of service): a job that holds it keeps it, as
+    # on a drained node, nothing new starts there, and preempting that job frees nothing.
+    # It is still in the snapshot, held or not, so a job that would fit with it in service
+    # is held NodeDrained (an admin can act), not TypeUnavailable (change the request).
     schedulable: bool = True
 
 
@@ -126,6 +128,13 @@ class Job:
     # When the current pending spell began (submission, or the last preemption or requeue);
     # None while running. The clock of preemption patience and of the starvation guard.
     pending_since: float | None = None
+    # RUNNING in the policy's terms but still STARTING in the live loop (its devices are
+    # allocated, its process may still be pulling its image). The job state machine only
+    # lets a RUNNING job be preempted, so a preemption of a starting job would be dropped
+    # at apply, and its claimant's start with it, every round until the launch ends: no
+    # policy offers it as a victim or a mover (`policies.base.is_protected`). The
+    # simulator has no starting phase and never sets it.
+    starting: bool = False
 
     @property
     def is_running(self) -> bool:

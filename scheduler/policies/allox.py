@@ -764,8 +764,9 @@ def window_step(
 
     from scheduler.policies.fairness import QuotaLedger  # policy-layer helper, late import
 
-    running = [job for job in snapshot.jobs if job.is_running and job.id not in preempted]
-    ledger = QuotaLedger(snapshot, running)
+    # This round's victims count against their owners' quotas: they still hold their GPUs
+    # through the grace period (as `run_pass` counts them).
+    ledger = QuotaLedger(snapshot, [job for job in snapshot.jobs if job.is_running])
     device_by_id = snapshot.device_by_id
     for start in pinned:
         pinned_counts: dict[str, int] = {}

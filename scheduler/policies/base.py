@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from scheduler.core.types import (
     Consolidation,
@@ -67,12 +67,14 @@ def needs_text(job: Job) -> str:
 
 
 def is_protected(job: Job, snapshot: Snapshot) -> bool:
-    """A running job that may not be preempted this round.
+    """A running job that may not be preempted (nor moved) this round.
 
-    Non-preemptible jobs, and jobs inside the minimum runtime since `started_at` (Slurm's
+    Non-preemptible jobs, jobs still starting (`Job.starting`: the live state machine
+    preempts only RUNNING jobs, so the preemption and its claimant's start would be dropped
+    at apply), and jobs inside the minimum runtime since `started_at` (Slurm's
     PreemptExemptTime, KAI's min-runtime: limits checkpoint-restart churn, algorithms.md §1).
     """
-    if not job.preemptible:
+    if job.starting or not job.preemptible:
         return True
     started_at = job.started_at
     return started_at is not None and snapshot.now - started_at < snapshot.settings.min_runtime
@@ -203,8 +205,10 @@ def run_pass(
           `max_victims` stopped it; Behind when jobs ahead on types it accepts took
           capacity that existed at the start of the round; WaitingForResources when even
           that was not enough (including capacity locked by jobs inside their minimum
-          runtime). Strict FIFO stops here: everything behind the first such job is held
-          Behind it (head-of-line blocking).
+          runtime). When a per-type quota took some of its types away, QuotaExceeded
+          instead if one of those types has room for it, else the reason names what the
+          quota rules out (`_narrowed_reason`). Strict FIFO stops here: everything behind
+          the first such job is held Behind it (head-of-line blocking).
        f. A victim may free more than its claimant needs (a 2-GPU victim for a 1-GPU job).
           Jobs held before the last claim get one more look at what is free, in order, so
           such a device does not sit idle while a job ranked before the victim waits.
@@ -216,6 +220,10 @@ def run_pass(
        as is (exact, see `_finish`).
     4. Clean up: a preemption whose devices no start uses is dropped (the job keeps running);
        quotas are re-checked with the device types actually placed.
+
+    A victim keeps counting against its owner's and group's quotas in the round it is
+    preempted (it holds its GPUs through the grace period, `StoppingJob`): claiming it
+    frees devices for its claimant, never quota for another job of its owner.
     """
     node_ok = {node.name: node.schedulable for node in snapshot.nodes}
     busy = snapshot.busy_device_ids
@@ -233,15 +241,15 @@ def run_pass(
     free: FreeCounts = {}
     free_totals: dict[str, int] = {}
     usable: dict[int, Device] = {}
-    whole: tuple[FreeCounts, dict[str, int]] = ({}, {})  # every device, drained nodes too
+    # For "could it fit if an admin put things back in service" (NodeDrained, never
+    # TypeUnavailable): every device; those in service (drained nodes too); those on
+    # schedulable nodes (cordoned GPUs too).
+    whole = _Whole()
     for device in snapshot.devices:
-        if not device.schedulable:
-            continue  # cordoned: out of service, not waiting for its node (NodeDrained)
-        by_node = whole[0].setdefault(device.device_type, {})
-        by_node[device.node] = by_node.get(device.node, 0) + 1
-        whole[1][device.device_type] = whole[1].get(device.device_type, 0) + 1
-        if not node_ok.get(device.node, True):
-            continue
+        node_up = node_ok.get(device.node, True)
+        whole.add(device, in_service=device.schedulable, node_up=node_up)
+        if not (device.schedulable and node_up):
+            continue  # cordoned, or on a node that takes no new jobs
         by_node = capacity.setdefault(device.device_type, {})
         by_node[device.node] = by_node.get(device.node, 0) + 1
         capacity_totals[device.device_type] = capacity_totals.get(device.device_type, 0) + 1
@@ -307,6 +315,7 @@ def run_pass(
     blocker_reason: Reason | None = None
     has_levels = levels is not None
     last_claim = -1  # place in the order of the last job that claimed victims
+    quota_narrowed: set[int] = set()  # held QuotaExceeded by a per-type limit alone (e.)
 
     for index, job in enumerate(ordered):
         job_id = job.id
@@ -435,7 +444,9 @@ def run_pass(
                         bucket = buckets[preemption_class[victim.id]]
                         _add_counts(bucket[0], bucket[1], counts, -1)
                         _add_counts(free, free_totals, counts, +1)
-                        ledger.charge(victim, _type_totals(counts), -1)
+                        # Its quota is not released: the victim holds its GPUs through
+                        # its grace period (next round a `StoppingJob`), so until it
+                        # exits no other job of its owner may start beside it.
                     if chosen:
                         # Capacity grew: earlier failures may fit now.
                         last_claim = index
@@ -467,32 +478,36 @@ def run_pass(
             reason = _capped_reason(job, victims_needed, max_victims)
             if not limited:
                 held_shape[shape] = reason
-            holds.append((index, job, reason))
-            if head_of_line_blocking:
-                blocker_reason = Reason(ReasonCode.BEHIND, f"job {job_id} is first in line")
-            continue
-        start_key = (num_gpus, allowed, consolidation, job_class)
-        if start_key not in fit_at_start:
-            if job_class not in initial_layers:
-                initial_layers[job_class] = [initial_free] + [
-                    b for c, b in initial_buckets.items() if c > job_class
-                ]
-            fit_at_start[start_key] = _fits_layers(
-                num_gpus, allowed, consolidation, initial_layers[job_class]
-            )
-        behind: Reason | None = None
-        if fit_at_start[start_key]:
-            if allowed not in behind_cache:
-                behind_cache[allowed] = _behind_reason(ahead, allowed, has_levels)
-            behind = behind_cache[allowed]
-        if behind is not None:
-            reason = behind
-            if not limited:
-                held_shape[shape] = None  # Behind, with whatever `ahead` is then
         else:
-            reason = Reason(ReasonCode.WAITING_FOR_RESOURCES, needs_text(job))
-            if not limited and not fit_at_start[start_key]:
-                held_shape[shape] = reason
+            start_key = (num_gpus, allowed, consolidation, job_class)
+            if start_key not in fit_at_start:
+                if job_class not in initial_layers:
+                    initial_layers[job_class] = [initial_free] + [
+                        b for c, b in initial_buckets.items() if c > job_class
+                    ]
+                fit_at_start[start_key] = _fits_layers(
+                    num_gpus, allowed, consolidation, initial_layers[job_class]
+                )
+            behind: Reason | None = None
+            if fit_at_start[start_key]:
+                if allowed not in behind_cache:
+                    behind_cache[allowed] = _behind_reason(ahead, allowed, has_levels)
+                behind = behind_cache[allowed]
+            if behind is not None:
+                reason = behind
+                if not limited:
+                    held_shape[shape] = None  # Behind, with whatever `ahead` is then
+            else:
+                reason = Reason(ReasonCode.WAITING_FOR_RESOURCES, needs_text(job))
+                if not limited and not fit_at_start[start_key]:
+                    held_shape[shape] = reason
+        if limited and len(allowed) != len(types):
+            # A per-type quota took types away (b. only says so when it leaves none).
+            removed = tuple(t for t in types if t not in allowed)
+            room = layers_above.get(job_class) or [(free, free_totals)]
+            reason = _narrowed_reason(reason, job, ledger.type_blocks(job, removed), room)
+            if reason.code is ReasonCode.QUOTA_EXCEEDED:
+                quota_narrowed.add(job_id)  # a claim may still free a type it may use (f.)
         holds.append((index, job, reason))
         if head_of_line_blocking:
             blocker_reason = Reason(ReasonCode.BEHIND, f"job {job_id} is first in line")
@@ -503,7 +518,9 @@ def run_pass(
         kept: list[tuple[int, Job, Reason]] = []
         for entry in holds:
             index, job, reason = entry
-            if index > last_claim or reason.code not in _CAPACITY_HOLDS:
+            if index > last_claim or (
+                reason.code not in _CAPACITY_HOLDS and job.id not in quota_narrowed
+            ):
                 kept.append(entry)
                 continue
             types = types_cache.get(job.accepted_types)
@@ -598,8 +615,72 @@ _NO_FAILURE = 1 << 62  # larger than any job's GPU count
 _CAPACITY_HOLDS = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
 
 
-def _type_totals(counts: FreeCounts) -> dict[str, int]:
-    return {t: sum(nodes.values()) for t, nodes in counts.items() if nodes}
+def _narrowed_reason(
+    reason: Reason,
+    job: Job,
+    blocks: Sequence[tuple[str, str]],
+    room: Sequence[tuple[FreeCounts, Mapping[str, int]]],
+) -> Reason:
+    """The hold reason of a job whose per-type quota took some of its types away (`blocks`:
+    each such type with the limit that rules it out, in the job's order of preference).
+
+    If one of those types has room for it now (free, or held by jobs it may preempt:
+    `room`), the quota is what holds it: QuotaExceeded naming that type's limit, as when
+    the quota rules out every type. Otherwise capacity holds it too, and `reason` stands,
+    with the types the quota rules out added: a user reading only "needs 1 × a100/v100"
+    would wait for an a100 that can never be theirs while the quota stands.
+    """
+    for device_type, block in blocks:
+        if _fits_layers(job.num_gpus, (device_type,), job.consolidation, room):
+            return Reason(ReasonCode.QUOTA_EXCEEDED, block)
+    if not blocks:
+        return reason
+    types = ", ".join(device_type for device_type, _ in blocks)
+    limits = "; ".join(dict.fromkeys(block for _, block in blocks))
+    return Reason(reason.code, f"{reason.detail}; quota rules out {types} ({limits})")
+
+
+Layer = tuple[FreeCounts, dict[str, int]]  # devices per type and node, and per type
+
+
+def _empty_layer() -> Layer:
+    return ({}, {})
+
+
+@dataclass(slots=True)
+class _Whole:
+    """The whole cluster's devices, counted three ways, for `_never_fits_reason`."""
+
+    every: Layer = field(default_factory=_empty_layer)
+    in_service: Layer = field(default_factory=_empty_layer)  # not cordoned, any node
+    on_up_nodes: Layer = field(default_factory=_empty_layer)  # schedulable nodes, cordoned too
+
+    def add(self, device: Device, *, in_service: bool, node_up: bool) -> None:
+        for layer, counted in (
+            (self.every, True),
+            (self.in_service, in_service),
+            (self.on_up_nodes, node_up),
+        ):
+            if counted:
+                by_node = layer[0].setdefault(device.device_type, {})
+                by_node[device.node] = by_node.get(device.node, 0) + 1
+                layer[1][device.device_type] = layer[1].get(device.device_type, 0) + 1
+
+
+def _fits_layer(job: Job, layer: Layer, type_order: Sequence[str]) -> bool:
+    """Would `job` fit on `layer` were all of it free (any type it accepts)?"""
+    types = [t for t in candidate_types(job, type_order) if t in layer[0]]
+    return bool(types) and _fits_free(job.num_gpus, types, job.consolidation, *layer)
+
+
+_NODES_TEXT = (
+    "the nodes that could hold it take no new jobs now (draining, drained, down or not answering)"
+)
+_CORDON_TEXT = "GPUs it needs are out of service (cordoned by an admin)"
+_BOTH_TEXT = (
+    "GPUs it needs are out of service (cordoned by an admin) or on nodes that take no new"
+    " jobs now (draining, drained, down or not answering)"
+)
 
 
 def _never_fits_reason(
@@ -607,25 +688,25 @@ def _never_fits_reason(
     types: Sequence[str],
     capacity: FreeCounts,
     totals: Mapping[str, int],
-    whole: tuple[FreeCounts, dict[str, int]],
+    whole: _Whole,
     type_order: Sequence[str],
 ) -> Reason | None:
     """Why `job` cannot run on the schedulable cluster even if it were empty, or None.
 
-    NodeDrained when it would fit if the nodes that take no new jobs were back (an admin
-    can act), TypeUnavailable when no node of the cluster could ever hold it (the user
-    must change the request). The snapshot says only whether a node is schedulable, not
-    why, so the text names every cause: draining, drained, down or silent (SUSPECT).
+    NodeDrained when it would fit if the nodes that take no new jobs, or the GPUs an admin
+    cordoned, were back (an admin can act), TypeUnavailable when no device of the cluster,
+    in service or not, could ever hold it (the user must change the request). The
+    snapshot says only whether a node is schedulable, not why, so the text names every
+    cause: draining, drained, down or silent (SUSPECT).
     """
     if types and _fits_free(job.num_gpus, types, job.consolidation, capacity, totals):
         return None
-    all_types = [t for t in candidate_types(job, type_order) if t in whole[0]]
-    if all_types and _fits_free(job.num_gpus, all_types, job.consolidation, *whole):
-        return Reason(
-            ReasonCode.NODE_DRAINED,
-            f"{needs_text(job)}; the nodes that could hold it take no new jobs now"
-            " (draining, drained, down or not answering)",
-        )
+    if _fits_layer(job, whole.in_service, type_order):
+        return Reason(ReasonCode.NODE_DRAINED, f"{needs_text(job)}; {_NODES_TEXT}")
+    if _fits_layer(job, whole.on_up_nodes, type_order):
+        return Reason(ReasonCode.NODE_DRAINED, f"{needs_text(job)}; {_CORDON_TEXT}")
+    if _fits_layer(job, whole.every, type_order):
+        return Reason(ReasonCode.NODE_DRAINED, f"{needs_text(job)}; {_BOTH_TEXT}")
     if not types:
         wanted = "/".join(job.accepted_types) or "GPU"
         return Reason(ReasonCode.TYPE_UNAVAILABLE, f"no schedulable {wanted} in the cluster")
@@ -760,9 +841,9 @@ def _finish(
         elif users:
             preempted[victim_id] = jobs[min(users, key=rank.__getitem__)]
 
-    # Quotas with the types actually placed; everything still running counts.
-    still_running = [job for job in running if job.id not in preempted]
-    ledger = QuotaLedger(snapshot, still_running)
+    # Quotas with the types actually placed. Everything running counts, this round's
+    # victims too: they checkpoint on their GPUs before letting go (as the pass counted).
+    ledger = QuotaLedger(snapshot, running)
     starts: list[Start] = []
     late_holds: dict[int, Reason] = {}
     device_by_id = snapshot.device_by_id
@@ -788,17 +869,11 @@ def _finish(
 
     if late_holds:
         # Starts were dropped: their victims may now be useless. Un-preempt a victim whose
-        # devices no remaining start uses, unless its owner also starts a job (keeping it
-        # could then break that owner's quota, which was checked without it).
+        # devices no remaining start uses (quotas were checked with every victim counted,
+        # so keeping one running changes no account's tally).
         used = {d for start in starts for d in start.device_ids}
-        starters = {a for s in starts for a in (jobs[s.job_id].user, jobs[s.job_id].group)}
         for victim_id in list(preempted):
-            victim = jobs[victim_id]
-            if (
-                not any(d in used for d in victim.devices)
-                and victim.user not in starters
-                and victim.group not in starters
-            ):
+            if not any(d in used for d in jobs[victim_id].devices):
                 del preempted[victim_id]
 
     if late_holds:

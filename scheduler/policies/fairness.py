@@ -117,6 +117,18 @@ class QuotaLedger:
             return (), first_block
         return tuple(allowed), None
 
+    def type_blocks(self, job: Job, types: Sequence[str]) -> list[tuple[str, str]]:
+        """(type, the limit that rules it out) for each of `types` a per-type limit of
+        `job`'s user or group takes away from it now, in the order of `types`: what
+        `allowed_types` narrowed away without saying so."""
+        keys = [key for key in _account_keys(job) if key in self._limits]
+        blocks: list[tuple[str, str]] = []
+        for device_type in types:
+            block = self._type_block(keys, device_type, job.num_gpus)
+            if block is not None:
+                blocks.append((device_type, block))
+        return blocks
+
     def _type_block(self, keys: Sequence[AccountKey], device_type: str, gpus: int) -> str | None:
         for key in keys:
             for limited_type, limit in self._limits[key].max_gpus_by_type:

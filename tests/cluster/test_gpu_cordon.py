@@ -65,7 +65,10 @@ def test_nothing_starts_on_a_cordoned_gpu_and_a_job_needing_it_says_why(owner) -
     assert small.state == JobState.STARTING
     assert gpus[0].pk not in set(small.allocations.values_list("device_id", flat=True))
     assert whole_node.state == JobState.PENDING
-    assert whole_node.reason == "TypeUnavailable: the cluster has fewer than 4 schedulable v100"
+    # Not TypeUnavailable (change the request): an admin putting the GPU back fixes it.
+    assert whole_node.reason == (
+        "NodeDrained: needs 4 × GPU; GPUs it needs are out of service (cordoned by an admin)"
+    )
 
     device_uncordon(device_id=gpus[0].pk)
     Job.objects.filter(pk=small.pk).update(state=JobState.CANCELLED)
@@ -107,7 +110,7 @@ def test_a_job_on_a_cordoned_gpu_is_not_preempted_for_a_gpu_nobody_may_use(owner
     assert Job.objects.get(pk=veteran.pk).state == JobState.RUNNING
     newcomer.refresh_from_db()
     assert newcomer.state == JobState.PENDING
-    assert newcomer.reason.startswith("TypeUnavailable")
+    assert newcomer.reason.startswith("NodeDrained")
     assert result.preemptions == 0
 
 

@@ -1,8 +1,9 @@
 """Property tests: on random snapshots every policy returns safe, deterministic decisions.
 
 `decide` runs `check_decisions` on every result, so "it does not raise" already means: no
-device twice, gangs all or nothing, accepted types, schedulable nodes, quotas, min runtime,
-required consolidation on one node, a reason for every pending job.
+device twice, gangs all or nothing, accepted types, schedulable nodes and devices (nothing
+on a cordoned GPU), quotas (this round's victims counted), min runtime, no starting job
+preempted, required consolidation on one node, a reason for every pending job.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
         nodes.append(Node(name, schedulable=draw(st.booleans()) or index == 0))
         device_type = draw(st.sampled_from(TYPES))
         for _ in range(draw(st.sampled_from([1, 2, 4, 8]))):
-            devices.append(
-                Device(len(devices), name, device_type, draw(st.sampled_from([0.5, 1.0, 2.0])))
-            )
+            speed = draw(st.sampled_from([0.5, 1.0, 2.0]))
+            # Now and then a GPU an admin cordoned: no policy may place anything on it.
+            in_service = draw(st.sampled_from([True, True, True, False]))
+            devices.append(Device(len(devices), name, device_type, speed, in_service))
     ids = [d.id for d in devices]
     busy = frozenset(draw(st.lists(st.sampled_from(ids), max_size=2, unique=True)))
     takeable = [i for i in ids if i not in busy]
@@ -97,6 +99,8 @@ def snapshots(draw: st.DrawFn, policy: str, placement: PlacementKind) -> Snapsho
                     phase=JobPhase.RUNNING,
                     devices=tuple(held),
                     started_at=draw(st.sampled_from([None, 0.0, now - 10.0])),
+                    # Still STARTING in the live loop: no policy may preempt or move it.
+                    starting=draw(st.sampled_from([False, False, True])),
                     **common,
                 )
             )
@@ -354,7 +358,11 @@ def test_a_job_held_for_resources_does_not_fit_in_what_the_round_leaves_free(
     schedulable = {node.name for node in snap.nodes if node.schedulable}
     leftover: dict[str, dict[str, int]] = {}
     for device in snap.devices:
-        if device.node in schedulable and device.id not in taken | snap.busy_device_ids:
+        if (
+            device.schedulable  # not cordoned
+            and device.node in schedulable
+            and device.id not in taken | snap.busy_device_ids
+        ):
             by_node = leftover.setdefault(device.device_type, {})
             by_node[device.node] = by_node.get(device.node, 0) + 1
     type_order = device_type_order(snap.devices)
