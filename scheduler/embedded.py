@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from django.db import close_old_connections
 from django.utils import timezone
@@ -86,9 +88,13 @@ def iterate(
     from .services import scheduling_round_run
 
     config = scheduler_config_get()
-    changes = simulated_tick(grace_seconds=config.preemption_grace_seconds)
-    simulated_heartbeats()  # GPU metrics for the demo; each node every 10 s
-    node_drain_settle()  # a drained demo node whose last job left becomes DRAINED
+    # Beat runs each of these as a task of its own: one that keeps raising must stop
+    # neither the rounds nor the others, nor the clocks this returns.
+    changes = _guarded(
+        simulated_tick, "the next tick", grace_seconds=config.preemption_grace_seconds
+    )
+    _guarded(simulated_heartbeats, "the next tick")  # GPU metrics for the demo, every 10 s
+    _guarded(node_drain_settle, "the next tick")  # a drained node whose last job left
     if event or changes or now >= last_round + config.round_interval_seconds:
         trigger = RoundTrigger.EVENT if event or changes else RoundTrigger.TIMER
         try:
@@ -100,14 +106,20 @@ def iterate(
             logger.warning("The next scheduling round comes after one interval.")
         last_round = now
     if now >= next_aggregates:
-        metrics_rollup()
-        aggregates_update()
-        figure_caches_warm()
         next_aggregates = now + AGGREGATES_SECONDS
-        # Beat runs these as tasks of their own: one failing must not stop the loop.
-        for sweep in (start_forecasts_refresh, jobs_idle_sweep):
-            try:
-                sweep(now=timezone.now())
-            except Exception:
-                logger.exception("%s failed; it runs again with the aggregates.", sweep.__name__)
+        later = "the aggregates"
+        _guarded(metrics_rollup, later)
+        _guarded(aggregates_update, later)
+        _guarded(figure_caches_warm, later)
+        _guarded(start_forecasts_refresh, later, now=timezone.now())
+        _guarded(jobs_idle_sweep, later, now=timezone.now())
     return last_round, next_aggregates
+
+
+def _guarded(sweep: Callable[..., Any], runs_again_with: str, **kwargs: Any) -> Any:
+    """`sweep(**kwargs)`, or None (logged with its traceback) when it raises."""
+    try:
+        return sweep(**kwargs)
+    except Exception:
+        logger.exception("%s failed; it runs again with %s.", sweep.__name__, runs_again_with)
+        return None

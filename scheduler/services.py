@@ -6,10 +6,13 @@ the benchmark and the tests all call it.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import time
 import traceback
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -23,14 +26,21 @@ from config.errors import ApplicationError
 from jobs.choices import JobState
 from jobs.models import Allocation, Job
 from jobs.services import job_preempt, job_reason_fit, job_start, jobs_time_out
-from scheduler.core.types import Decisions, Hold, Preempt, QueueChange, SchedulerSettings, Start
+from scheduler.core.types import (
+    Decisions,
+    Preempt,
+    QueueChange,
+    ReasonCode,
+    SchedulerSettings,
+    Start,
+)
 from scheduler.policies import decide
 
 from .choices import RoundOutcome, RoundTrigger
 from .locks import round_lock
 from .models import SchedulingRound
 from .selectors import devices_stopping, scheduler_config_get, scheduler_settings_from
-from .snapshot import RoundContext, snapshot_build
+from .snapshot import OWNER_DISABLED_REASON, RoundContext, not_a_member_reason, snapshot_build
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +134,11 @@ def _round_run_locked(
         settings=_settings_record(settings),
         pending_jobs=pending,
         running_jobs=len(snapshot.jobs) - pending,
-        free_devices=len(snapshot.devices) - len(held_devices),
+        # Not held and in service: a cordoned GPU is in the snapshot (for the reasons a
+        # job is held), but free for nobody.
+        free_devices=sum(
+            1 for device in snapshot.devices if device.schedulable and device.id not in held_devices
+        ),
         starts=len(result.started),
         preemptions=len(result.preempted),
         holds=len(decisions.holds),
@@ -186,8 +200,11 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
             pending_since=now
         )
     _apply_queue_changes(decisions.queue_changes, now)
+    # Claimant -> the victim whose preemption for it was refused (not RUNNING any more).
+    refused_for: dict[int, int] = {}
     for preemption in decisions.preemptions:
-        _apply_preemption(preemption, context, result)
+        if not _apply_preemption(preemption, context, result) and preemption.by_job_id:
+            refused_for[preemption.by_job_id] = preemption.job_id
     # Devices of jobs still checkpointing (preempted now or earlier) are not free yet:
     # a start on them waits for the next round instead of failing at the unique index.
     preempting = dict(context.preempting_devices)
@@ -203,22 +220,39 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
         {d for start in decisions.starts for d in start.device_ids}
     )
     owner_refused = _owners_refusing_starts({start.job_id for start in decisions.starts})
-    waiting_reasons: dict[int, str] = {}
+    # Starts that did not happen, with why: these jobs are held after all, and say so.
+    held_back: dict[int, str] = {}
+    left_out = dict(context.left_out_reasons)
     for start in decisions.starts:
-        blocker = next((preempting[d] for d in start.device_ids if d in preempting), None)
-        if blocker is not None:
-            waiting_reasons[start.job_id] = (
-                f"WaitingForResources: job #{blocker} is checkpointing before it frees its GPUs"
-            )
+        blockers = sorted({preempting[d] for d in start.device_ids if d in preempting})
+        if blockers:
+            held_back[start.job_id] = _checkpointing_reason(blockers)
             continue
         if stopping.intersection(start.device_ids):
-            waiting_reasons[start.job_id] = (
+            held_back[start.job_id] = (
                 "WaitingForResources: a stopped job's process is still leaving its GPUs"
             )
             continue
-        _apply_start(start, unschedulable, owner_refused, result)
-    _apply_holds(decisions.holds, waiting_reasons, context)
+        if start.job_id in owner_refused:
+            why, reason = owner_refused[start.job_id]
+            _drop(result, "start", start.job_id, why)
+            # Out of the queue, as the next snapshot leaves it (`left_out_reasons`).
+            left_out[start.job_id] = reason
+            continue
+        # Positional arguments: a test wraps it as `(*args)` to act between starts.
+        why = _apply_start(start, unschedulable, refused_for.get(start.job_id), result)
+        if why is not None:
+            held_back[start.job_id] = why
+    _apply_holds(decisions, held_back, left_out, context)
     return result
+
+
+def _checkpointing_reason(victims: Sequence[int]) -> str:
+    """Why a job waits for GPUs that jobs preempted for it are still checkpointing on."""
+    if len(victims) == 1:
+        return f"WaitingForResources: job #{victims[0]} is checkpointing before it frees its GPUs"
+    named = ", ".join(f"#{victim}" for victim in victims)
+    return f"WaitingForResources: jobs {named} are checkpointing before they free their GPUs"
 
 
 def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
@@ -267,9 +301,10 @@ def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
     return device_ids - usable
 
 
-def _owners_refusing_starts(job_ids: set[int]) -> dict[int, str]:
-    """Of `job_ids`, those whose owner may start nothing now, with why: their account
-    was disabled, or they left the job's group, after the snapshot was read.
+def _owners_refusing_starts(job_ids: set[int]) -> dict[int, tuple[str, str]]:
+    """Of `job_ids`, those whose owner may start nothing now, with why and the reason to
+    hold them by (the snapshot's own): their account was disabled, or they left the
+    job's group, after the snapshot was read.
 
     The snapshot holds such jobs (`scheduler.snapshot`); this closes the window between
     it and the apply. On PostgreSQL the owners' rows, then their memberships of the jobs'
@@ -282,9 +317,11 @@ def _owners_refusing_starts(job_ids: set[int]) -> dict[int, str]:
     """
     if not job_ids:
         return {}
-    jobs = list(Job.objects.filter(pk__in=job_ids).values_list("id", "owner_id", "group_id"))
-    owner_ids = sorted({owner_id for _, owner_id, _ in jobs})
-    group_ids = sorted({group_id for _, _, group_id in jobs if group_id is not None})
+    jobs = list(
+        Job.objects.filter(pk__in=job_ids).values_list("id", "owner_id", "group_id", "group__name")
+    )
+    owner_ids = sorted({owner_id for _, owner_id, _, _ in jobs})
+    group_ids = sorted({group_id for _, _, group_id, _ in jobs if group_id is not None})
     membership = LabGroup.members.through
     if connection.vendor == "postgresql":
         user_table, member_table = User._meta.db_table, membership._meta.db_table
@@ -304,16 +341,17 @@ def _owners_refusing_starts(job_ids: set[int]) -> dict[int, str]:
         active = dict(User.objects.filter(pk__in=owner_ids).values_list("id", "is_active"))
         rows = membership.objects.filter(labgroup_id__in=group_ids, user_id__in=owner_ids)
         members = set(rows.values_list("labgroup_id", "user_id"))
-    refused: dict[int, str] = {}
-    for job_id, owner_id, group_id in jobs:
+    refused: dict[int, tuple[str, str]] = {}
+    for job_id, owner_id, group_id, group_name in jobs:
         if not active.get(owner_id, False):
-            refused[job_id] = "its owner's account was disabled"
+            refused[job_id] = ("its owner's account was disabled", OWNER_DISABLED_REASON)
         elif group_id is not None and (group_id, owner_id) not in members:
-            refused[job_id] = "its owner left the job's group"
+            refused[job_id] = ("its owner left the job's group", not_a_member_reason(group_name))
     return refused
 
 
-def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyResult) -> None:
+def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyResult) -> bool:
+    """Preempt one job; False when it no longer may be (it left RUNNING meanwhile)."""
     try:
         with transaction.atomic():
             job = job_preempt(
@@ -321,13 +359,16 @@ def _apply_preemption(preemption: Preempt, context: RoundContext, result: ApplyR
             )
     except ApplicationError as exc:
         _drop(result, "preempt", preemption.job_id, str(exc))
-        return
+        return False
     result.preempted.append((job.pk, job.attempt))
+    return True
 
 
 def _apply_start(
-    start: Start, unschedulable: set[int], owner_refused: dict[int, str], result: ApplyResult
-) -> None:
+    start: Start, unschedulable: set[int], refused_victim: int | None, result: ApplyResult
+) -> str | None:
+    """Start one job; when that no longer holds, drop it and return the reason to hold it
+    by. `refused_victim`: the job preempted for it whose preemption was refused."""
     if unschedulable.intersection(start.device_ids):
         _drop(
             result,
@@ -335,16 +376,36 @@ def _apply_start(
             start.job_id,
             "a device was retired or cordoned, or its node stopped taking work",
         )
-        return
-    if start.job_id in owner_refused:
-        _drop(result, "start", start.job_id, owner_refused[start.job_id])
-        return
+        return (
+            "WaitingForResources: a GPU chosen for it was retired or cordoned, or its node "
+            "stopped taking work; the next round places it again"
+        )
     try:
         job = job_start(job_id=start.job_id, device_ids=start.device_ids)
     except ApplicationError as exc:
         _drop(result, "start", start.job_id, str(exc))
-        return
+        # Most often a chosen GPU is still held: by the victim that could not be preempted
+        # for it, or by a job that took it first. A job that left the queue (cancelled)
+        # meanwhile keeps its own reason: holds are written to PENDING rows only.
+        if refused_victim is not None:
+            return _victim_refused_reason(refused_victim)
+        return (
+            "WaitingForResources: a GPU chosen for it was taken before it could start; "
+            "the next round places it again"
+        )
     result.started.append((job.pk, job.attempt))
+    return None
+
+
+def _victim_refused_reason(victim: int) -> str:
+    """Why a job waits whose victim could not be preempted for it: the victim left
+    RUNNING after the snapshot (finished, failed, lost) or had not reached it yet."""
+    state = Job.objects.filter(pk=victim).values_list("state", flat=True).first()
+    now_is = f"it is {JobState(state).label.lower()}" if state else "it is gone"
+    return (
+        f"WaitingForResources: job #{victim} could not be preempted for it ({now_is}); "
+        "the next round decides again"
+    )
 
 
 def _apply_queue_changes(changes: Iterable[QueueChange], now) -> None:  # type: ignore[no-untyped-def]
@@ -370,19 +431,47 @@ def _apply_queue_changes(changes: Iterable[QueueChange], now) -> None:  # type: 
 
 
 def _apply_holds(
-    holds: Iterable[Hold], waiting_reasons: dict[int, str], context: RoundContext
+    decisions: Decisions,
+    held_back: dict[int, str],
+    left_out: dict[int, str],
+    context: RoundContext,
 ) -> None:
-    """Store each held job's reason and queue position, writing only rows that changed."""
+    """Store each held job's reason and queue position, writing only rows that changed.
+
+    The held jobs are the policy's holds and the starts the apply step held back
+    (`held_back`, job id -> reason), numbered together in the policy's order: a start
+    that waits for a checkpoint is usually the next job to run, and a queue without it
+    would list it last (no position) and every job behind it one place too early.
+    """
+    reasons = {hold.job_id: str(hold.reason) for hold in decisions.holds}
+    # A job that jobs preempted for it are still checkpointing for: the policy's generic
+    # "needs N × GPU" would hide that it is next, so say which jobs it waits for, every
+    # round of their grace period (the round that preempted them says so in `held_back`).
+    waiting = {
+        hold.job_id
+        for hold in decisions.holds
+        if hold.reason.code == ReasonCode.WAITING_FOR_RESOURCES
+    }
+    victims: dict[int, list[int]] = defaultdict(list)
+    if waiting:
+        # Few rows (jobs in their grace period), matched here rather than by a long IN list.
+        for claimant, victim in Job.objects.filter(
+            state=JobState.PREEMPTING, preempted_for__isnull=False
+        ).values_list("preempted_for", "pk"):
+            if claimant in waiting:
+                victims[claimant].append(victim)
+    for claimant, stopping in victims.items():
+        reasons[claimant] = _checkpointing_reason(sorted(stopping))
+    reasons |= held_back
     changed: list[tuple[int, str, int | None]] = []
-    for hold in holds:
+    for position, job_id in enumerate(_held_in_order(decisions, held_back), start=1):
         # Cut as stored, so a long reason compares equal to itself the next round.
-        reason = job_reason_fit(waiting_reasons.pop(hold.job_id, None) or str(hold.reason))
-        if context.pending_reason.get(hold.job_id) != (reason, hold.position):
-            changed.append((hold.job_id, reason, hold.position))
-    for job_id, reason in waiting_reasons.items():
-        changed.append((job_id, job_reason_fit(reason), None))
-    # Jobs the snapshot left out of the policy's view (a disabled owner's) say why.
-    for job_id, reason in context.left_out_reasons.items():
+        reason = job_reason_fit(reasons[job_id])
+        if context.pending_reason.get(job_id) != (reason, position):
+            changed.append((job_id, reason, position))
+    # Jobs the snapshot left out of the policy's view (a disabled owner's), or whose owner
+    # was disabled since, say why.
+    for job_id, reason in left_out.items():
         changed.append((job_id, job_reason_fit(reason), None))
     if not changed:
         return
@@ -410,6 +499,28 @@ def _apply_holds(
     Job.objects.filter(state=JobState.PENDING).bulk_update(
         jobs, ["reason", "queue_position"], batch_size=500
     )
+
+
+def _held_in_order(decisions: Decisions, held_back: Iterable[int]) -> list[int]:
+    """The held jobs in queue order: the policy's holds by their positions, and each
+    held-back start placed before the first hold the policy ranked below it
+    (`Decisions.order`). A start the policy did not rank goes first: it was chosen over
+    every job held."""
+    rank = {job_id: index for index, job_id in enumerate(decisions.order)}
+    holds = [hold.job_id for hold in sorted(decisions.holds, key=lambda hold: hold.position)]
+    unranked = len(rank)
+    # The highest rank up to each hold: the first hold ranked below a start is the first
+    # place where this exceeds the start's rank (holds need not follow `order` exactly).
+    highest = list(itertools.accumulate((rank.get(j, unranked) for j in holds), max))
+    before: dict[int, list[int]] = defaultdict(list)  # hold index -> starts in front of it
+    for job_id in sorted(held_back, key=lambda job_id: rank.get(job_id, -1)):
+        before[bisect.bisect_right(highest, rank.get(job_id, -1))].append(job_id)
+    ordered: list[int] = []
+    for index, job_id in enumerate(holds):
+        ordered += before.pop(index, [])
+        ordered.append(job_id)
+    ordered += before.pop(len(holds), [])
+    return ordered
 
 
 def _drop(result: ApplyResult, kind: str, job_id: int, why: str) -> None:
