@@ -321,7 +321,8 @@ _JOB_FIELDS = (
     "id", "user", "group", "num_gpus", "submit_time", "phase", "accepted_types",
     "consolidation", "devices", "attained_service", "service_since_promotion",
     "executed_since_promotion", "waiting_since_promotion", "queue_level", "queue_entered_at",
-    "started_at", "model", "throughputs", "preemptible", "total_work", "pending_since",
+    "started_at", "model", "throughputs", "preemptible", "reclaimable", "total_work",
+    "pending_since", "starting",
 )  # fmt: skip
 _FAST_PATH = tuple(f.name for f in fields(Job)) == _JOB_FIELDS
 
@@ -333,8 +334,9 @@ def advance_job(job: Job, dt: float, speed_sum: float, total_work: float | None)
     Why not call accounting directly: `dataclasses.replace` costs ~4.5 µs and a replay
     advances every active job every round (~10^7 times for a 20,000-job trace); the
     positional constructor costs ~2 µs. The arithmetic is accounting's, and
-    test_engine.py checks this function against accounting field for field. If Job's
-    fields ever change, `_FAST_PATH` turns off and accounting's functions are used as is.
+    test_engine.py checks this function against accounting field for field, and that
+    `_FAST_PATH` is on: if Job's fields change, it turns off (accounting's functions are
+    used as is) and that test says `_JOB_FIELDS` and the constructors need the new field.
     """
     running = job.phase is JobPhase.RUNNING
     if not _FAST_PATH:
@@ -353,7 +355,8 @@ def advance_job(job: Job, dt: float, speed_sum: float, total_work: float | None)
             job.attained_service + service, job.service_since_promotion + service,
             job.executed_since_promotion + dt, job.waiting_since_promotion,
             job.queue_level, job.queue_entered_at, job.started_at, job.model,
-            job.throughputs, job.preemptible, total_work, job.pending_since,
+            job.throughputs, job.preemptible, job.reclaimable, total_work,
+            job.pending_since, job.starting,
         )  # fmt: skip
     # accounting.advance_pending: the wait counts only once the job has run since its
     # last promotion (the reference's `last_pending_time`); otherwise nothing changes and
@@ -368,8 +371,8 @@ def advance_job(job: Job, dt: float, speed_sum: float, total_work: float | None)
         job.accepted_types, job.consolidation, job.devices, job.attained_service,
         job.service_since_promotion, job.executed_since_promotion,
         waiting, job.queue_level, job.queue_entered_at,
-        job.started_at, job.model, job.throughputs, job.preemptible, total_work,
-        job.pending_since,
+        job.started_at, job.model, job.throughputs, job.preemptible, job.reclaimable,
+        total_work, job.pending_since, job.starting,
     )  # fmt: skip
 
 

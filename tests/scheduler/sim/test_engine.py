@@ -211,7 +211,10 @@ def test_the_fast_advance_equals_core_accounting(
         service_since_promotion=service / 2, executed_since_promotion=executed,
         waiting_since_promotion=5.0, queue_level=1, queue_entered_at=3.0,
         started_at=2.0 if running else None, model="m", throughputs=(("a", 1.5),),
-        total_work=99.0,
+        # Every field off its default, so a field out of place in the positional
+        # constructor shows.
+        preemptible=False, reclaimable=True, total_work=99.0, pending_since=4.0,
+        starting=running,
     )  # fmt: skip
     expected = (
         accounting.advance_running(base, dt, speed)
@@ -220,6 +223,14 @@ def test_the_fast_advance_equals_core_accounting(
     )
     assert advance_job(base, dt, speed, 123.0) == replace(expected, total_work=123.0)
     assert advance_job(base, dt, speed, base.total_work) == replace(expected, total_work=99.0)
+
+
+def test_the_fast_advance_is_on() -> None:
+    # Off, replays run at about half speed without a word: a field added to Job must be
+    # added to engine._JOB_FIELDS and to advance_job's constructors (in Job's order).
+    from scheduler.sim import engine
+
+    assert engine._FAST_PATH, "add Job's new field to engine._JOB_FIELDS and advance_job"
 
 
 @settings(max_examples=30, deadline=None)
