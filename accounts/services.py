@@ -194,6 +194,25 @@ def _user_audited_values(user: User) -> dict[str, Any]:
     }
 
 
+# What the Django admin's user page edits, and so all that saving it writes: `user` was
+# read before the row lock, and its usage (charged as jobs end), quotas (/manage/quotas/)
+# and password (its own page) may have changed since. User.save adds is_staff and
+# is_superuser, derived from the role.
+USER_ACCOUNT_FIELDS = (
+    "username",
+    "first_name",
+    "last_name",
+    "email",
+    "is_active",
+    "role",
+    "default_group",
+    "last_login",
+    "date_joined",
+)
+# The group page's own fields, likewise (members and coordinators: lab_group_members_set).
+LAB_GROUP_FIELDS = ("name", "description", "webhook_url")
+
+
 def user_account_save(*, actor: User, user: User) -> list[AuditEntry]:
     """Save an admin's edit of a user (`user` holds the new values, as the Django admin's
     form left them) and audit the change of each `_user_audited_values` field, old -> new, in
@@ -221,7 +240,7 @@ def user_account_save(*, actor: User, user: User) -> list[AuditEntry]:
                 for field in before
                 if before[field] != after[field]
             }
-            user.save()
+            user.save(update_fields=USER_ACCOUNT_FIELDS)
         return audit_entries_write(
             actor=actor,
             target_kind=AuditEntry.TargetKind.USER,
@@ -328,10 +347,11 @@ def lab_group_save(*, actor: User, group: LabGroup) -> list[AuditEntry]:
     with transaction.atomic():
         if group.pk is None:
             before = ""
+            group.save()
         else:
             stored = LabGroup.objects.select_for_update(no_key=True).get(pk=group.pk)
             before = stored.webhook_url
-        group.save()
+            group.save(update_fields=LAB_GROUP_FIELDS)
         if before == group.webhook_url:
             return []
         return audit_entries_write(

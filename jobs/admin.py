@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -19,8 +20,25 @@ class JobEventInline(admin.TabularInline):
         return False  # the trail is append-only, written by services
 
 
+class JobAdminForm(forms.ModelForm):
+    """`notify`, the one field an admin edits here: the rest is the state machine's or the
+    submission's (JobAdmin.readonly_fields shows them), and a field added to Job later is
+    not editable until someone decides it should be."""
+
+    class Meta:
+        model = Job
+        fields = ["notify"]
+        help_texts = {
+            "idle_exempt_until": (
+                "Set with the job page's Keep (a lab admin's or a coordinator's), which "
+                "records who kept it and lifts an idle warning."
+            ),
+        }
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
+    form = JobAdminForm
     list_display = [
         "id",
         "name",
@@ -35,9 +53,18 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["state", "consolidation", "group", "queue_level"]
     search_fields = ["id", "name", "image", "owner__username"]
     date_hierarchy = "submitted_at"
-    # State changes go through jobs.services (the state machine), never a raw form edit.
+    # State changes go through jobs.services (the state machine), never a raw form edit
+    # (JobAdminForm edits `notify` only). A value a form held would be the page's, read
+    # before the transitions that landed since: saved back, it would undo them.
     readonly_fields = [
         "state",
+        "reason",
+        "queue_position",
+        "retries_used",
+        "retry_not_before",
+        "pending_since",
+        "total_run_seconds",
+        "first_started_at",
         "attempt",
         "exit_code",
         "submitted_at",
@@ -50,6 +77,10 @@ class JobAdmin(admin.ModelAdmin):
         "queue_level",
         "queue_entered_at",
         "preemption_count",
+        # Idle reaping's (jobs.idle_services); a keep is the job page's, which writes an event.
+        "idle_warned_at",
+        "idle_judged_from",
+        "idle_exempt_until",
         # What was submitted is validated by jobs.services.job_submit; an edit here would
         # skip it (reserved variables, GPU counts the cluster cannot give).
         "owner",
@@ -83,6 +114,15 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # jobs are submitted through the form or the API
+
+    def save_model(
+        self, request: HttpRequest, obj: Job, form: forms.ModelForm, change: bool
+    ) -> None:
+        # The fields the admin changed, nothing else: `obj` was read before the POST's
+        # checks, and the state machine may have moved the job since (a save of every
+        # column once brought a finished job back to RUNNING, holding no GPUs, for ever).
+        if form.changed_data:
+            obj.save(update_fields=[*form.changed_data, "updated_at"])
 
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         # Deleting a job that holds GPUs would free them under a running process.

@@ -58,7 +58,8 @@ def job_notify(*, job_id: int, state: str) -> bool:
     the mail server refused (logged).
 
     An array task's end is not mailed by itself: the array's last task to end mails once
-    for all of them (Slurm mails an array as a whole), and its start is not mailed.
+    for all of them (Slurm mails an array as a whole), and its start is not mailed. A
+    job's resumes and retries are not asked for (jobs.services._mail_wanted).
     """
     job = Job.objects.select_related("owner", "array").filter(pk=job_id).first()
     if job is None or not job.owner.email:
@@ -89,6 +90,8 @@ def _array_summary(task: Job, state: str) -> tuple[str, str] | None:
     tally = array_tally_if_ended(array_id=task.array_id)
     if tally is None:
         return None  # tasks still to end
+    # Every task's end asks (jobs.services._mail_wanted), whatever state it ended in: the
+    # tally, not the last task's end, says whether a task failed.
     if task.notify == "fail" and not tally.get("FAILED"):
         return None
     # Two tasks ending at once may both find the array ended: one mail between them.

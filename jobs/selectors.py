@@ -360,3 +360,11 @@ def sessions_access(*, jobs: Sequence[Job], viewer: User) -> dict[int, SessionAc
             token=job.session_token if job.owner_id == viewer.pk else None,
         )
     return access
+
+
+def job_has_run_before(job_id: int) -> bool:
+    """Whether the job was RUNNING before the run that just began (call it once the run's
+    event is written). Its history, not its `attempt`: an attempt lost while its container
+    was launching never ran. The group's chat and the owner's mail tell a first start only:
+    under LAS a job is resumed many times."""
+    return JobEvent.objects.filter(job_id=job_id, to_state=JobState.RUNNING).count() > 1

@@ -40,7 +40,13 @@ from .choices import (
 )
 from .models import Allocation, Job, JobArray, JobEvent
 from .notifications import job_notify_request
-from .selectors import job_get_for_user, job_run_seconds, job_visible_to, jobs_dependable_by
+from .selectors import (
+    job_get_for_user,
+    job_has_run_before,
+    job_run_seconds,
+    job_visible_to,
+    jobs_dependable_by,
+)
 from .webhooks import WEBHOOK_STATES, job_webhook_request
 
 
@@ -375,6 +381,7 @@ def job_transition(
         row = Job.objects.filter(pk=job_id).values(
             "state",
             "notify",
+            "array_id",
             "attempt",
             "pending_since",
             "retry_not_before",
@@ -439,7 +446,7 @@ def job_transition(
             actor_user=actor_user,
             message=message,
         )
-        if to_state in NOTIFY_STATES[current["notify"]]:
+        if _mail_wanted(job_id, to_state, notify=current["notify"], array_id=current["array_id"]):
             # After commit: no mail about a change that rolled back. A function, not a
             # functools.partial, for Django's robust handler (see scheduler.services).
             def notify(job_id: int = job_id, state: str = to_state) -> None:
@@ -453,6 +460,23 @@ def job_transition(
 
             transaction.on_commit(post, robust=True)
         return Job.objects.get(pk=job_id)
+
+
+def _mail_wanted(job_id: int, to_state: JobState, *, notify: str, array_id: int | None) -> bool:
+    """Whether the owner's mail about the job reaching `to_state` is to be asked for (after
+    the transition's event is written: the history includes this run).
+
+    An array is mailed once, as a whole, when its last task has ended, and the "fail" rule
+    is applied to the tally of all its tasks (jobs.notifications._array_summary): every
+    task's end asks, or a failed task that did not end last would never be mailed about.
+    A start is mailed the first time the job runs only, as the group's chat is told
+    (jobs.webhooks): under LAS a job is resumed many times, and its end says how it went.
+    """
+    if array_id is not None:
+        return bool(notify) and to_state in TERMINAL_STATES
+    if to_state not in NOTIFY_STATES[notify]:
+        return False
+    return to_state != JobState.RUNNING or not job_has_run_before(job_id)
 
 
 def _accounting_updates(
@@ -636,11 +660,19 @@ def job_array_cancel(*, array_id: int, by: User) -> list[int]:
         raise NotFound(f"No array {array_id} of yours.")
     cancelled: list[int] = []
     with transaction.atomic():
-        for job_id in (
+        # Every task's row first, in id order, before any is cancelled: a cancel charges
+        # the owner (and the group) under a lock on their row, and an agent finishing a
+        # sibling takes the sibling's row, then the owner's. Taken one by one, the two
+        # waited for each other (PostgreSQL's deadlock: the request or the poll failed).
+        # The lock job_transition's UPDATE takes; the agent now waits for the commit, then
+        # finds its task cancelled.
+        pending = list(
             tasks.exclude(state__in=TERMINAL_STATES)
-            .order_by("-array_index")
-            .values_list("pk", flat=True)
-        ):
+            .select_for_update(no_key=True, of=("self",))
+            .order_by("pk")
+            .values_list("pk", "array_index")
+        )
+        for job_id, _ in sorted(pending, key=lambda task: -task[1]):
             try:
                 cancelled.append(job_cancel(job_id=job_id, by=by).pk)
             except IllegalTransition:

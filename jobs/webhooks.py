@@ -28,8 +28,9 @@ from agents.webhooks import webhook_send
 from dashboard.templatetags.gpulab_format import duration  # the pages' wording
 
 from .choices import JobState
-from .models import Job, JobEvent
+from .models import Job
 from .notifications import array_end_claim, array_tally_if_ended
+from .selectors import job_has_run_before
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def _job_webhook_send(*, job_id: int, state: str) -> None:
     )
     if job is None or job.group is None or not job.group.webhook_url:
         return
-    if state == JobState.RUNNING and _has_run_before(job.pk):
+    if state == JobState.RUNNING and job_has_run_before(job.pk):
         return  # a resume after a preemption, or a retry: the end will say how it went
     if job.array_id is None:
         payload = job_event_payload(job, state)
@@ -99,13 +100,6 @@ def _job_webhook_send(*, job_id: int, state: str) -> None:
             return
     # The URL just read serves the inline post; the task reads it again at each try.
     webhook_send(payload, group_id=job.group_id, url=job.group.webhook_url)
-
-
-def _has_run_before(job_id: int) -> bool:
-    """Whether the job was RUNNING before the run that just began. Its history, not its
-    `attempt`: an attempt lost while its container was launching never ran."""
-    runs = JobEvent.objects.filter(job_id=job_id, to_state=JobState.RUNNING)
-    return runs.count() > 1
 
 
 def job_event_payload(job: Job, state: str) -> dict[str, Any]:
