@@ -38,7 +38,7 @@ test: $(STAMP)
 	@test -x /usr/sbin/sshd || { echo "Installing openssh-server (needs apt-get)…"; \
 	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
 	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq openssh-server; }
-	@test -x /usr/bin/chromium || { echo "Installing chromium for the browser tests (needs apt-get)…"; \
+	@test -x "$${GPULAB_CHROMIUM:-/usr/bin/chromium}" || { echo "Installing chromium for the browser tests (needs apt-get)…"; \
 	  $(if $(shell command -v sudo),sudo,) apt-get update -qq && \
 	  $(if $(shell command -v sudo),sudo,) apt-get install -y -qq chromium; }
 	$(PY) -m ruff check .

@@ -671,7 +671,7 @@ def parser_build() -> argparse.ArgumentParser:
         "--env", "-e", action=_EnvCollect, type=_env_pair, help="NAME=value (repeat)."
     )
     submit.add_argument(
-        "--time", type=_walltime, help="Walltime: minutes (90), HH:MM:SS, D-HH:MM or 2h30m."
+        "--time", type=_walltime, help="Walltime: minutes (90), HH:MM:SS, D-HH[:MM[:SS]] or 2h30m."
     )
     submit.add_argument("--retries", type=int, default=0, help="Retries after a failure.")
     submit.add_argument("--group", help="Charge one of your lab groups (default yours).")

@@ -121,3 +121,12 @@ def test_a_webhook_url_that_is_not_http_stops_startup():
     result = _import_settings("config.settings.base", GPULAB_ADMIN_WEBHOOK_URL="file:///etc/passwd")
     assert result.returncode != 0
     assert "GPULAB_ADMIN_WEBHOOK_URL must be an http(s) URL" in result.stderr
+
+
+def test_a_site_url_without_a_scheme_stops_startup():
+    # It is put in front of every link in mail and chat posts: "gpulab.lab" would break them.
+    result = _import_settings("config.settings.base", GPULAB_SITE_URL="gpulab.lab.example.edu")
+    assert result.returncode != 0
+    assert "GPULAB_SITE_URL must be an http(s) URL" in result.stderr
+    fine = _import_settings("config.settings.base", GPULAB_SITE_URL="https://gpulab.example.edu")
+    assert fine.returncode == 0, fine.stderr

@@ -273,6 +273,9 @@ else:
 DEFAULT_FROM_EMAIL = env.str("GPULAB_EMAIL_FROM", default="gpulab@localhost")
 # The address people open gpulab at, for links in mail ("" = no link).
 GPULAB_SITE_URL = env.str("GPULAB_SITE_URL", default="")
+if GPULAB_SITE_URL and not GPULAB_SITE_URL.startswith(("https://", "http://")):
+    # Pasted in front of every link in mail and chat posts: without a scheme they break.
+    raise ImproperlyConfigured("GPULAB_SITE_URL must be an http(s) URL.")
 # Node events (down, back, drained for a GPU fault) posted as JSON to this incoming
 # webhook (Slack, Mattermost, or any receiver); empty = none (agents/webhooks.py).
 GPULAB_ADMIN_WEBHOOK_URL = env.str("GPULAB_ADMIN_WEBHOOK_URL", default="")

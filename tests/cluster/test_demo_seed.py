@@ -22,6 +22,11 @@ def test_the_demo_seed_builds_the_mixed_lab_and_can_run_twice(capsys):
     vision = LabGroup.objects.get(name="vision")
     assert list(vision.coordinators.values_list("username", flat=True)) == ["dana"]
     assert User.objects.get(username="alice").check_password("gpulab-demo")
+    # An address, so the README's `--mail-type FAIL` works in the demo (mail goes to its log).
+    assert User.objects.get(username="alice").email == "alice@demo.invalid"
+    User.objects.filter(username="bob").update(email="")  # seeded before demo users had one
+    call_command("demo_seed")
+    assert User.objects.get(username="bob").email == "bob@demo.invalid"
     guarantees = dict(LabGroup.objects.values_list("name", "guaranteed_gpus"))
     assert guarantees == {"vision": None, "nlp": 8}
     out = capsys.readouterr().out

@@ -48,6 +48,14 @@ PEOPLE = [
 # group's jobs.
 COORDINATORS = {"vision": ["dana"]}
 DEMO_PASSWORD = "gpulab-demo"
+
+
+def demo_email(username: str) -> str:
+    """An address for `--mail-type` to accept; `.invalid` never resolves, and the demo's
+    mail goes to its log (Django's console backend) anyway."""
+    return f"{username}@demo.invalid"
+
+
 # The public Tiresias 60-job trace (Apache-2.0), copied into the repo; durations in seconds.
 DEMO_TRACE = Path(__file__).resolve().parents[3] / "scheduler" / "data" / "tiresias_60_job.csv"
 DEMO_JOBS = 40
@@ -113,11 +121,13 @@ class Command(BaseCommand):
                     username=username,
                     password=DEMO_PASSWORD,
                     role=role,
+                    email=demo_email(username),
                     groups=[groups[name] for name in group_names],
                 )
             else:
                 user.set_password(DEMO_PASSWORD)
-                user.save(update_fields=["password"])
+                user.email = user.email or demo_email(username)
+                user.save(update_fields=["password", "email"])
         for name, usernames in COORDINATORS.items():
             groups[name].coordinators.set(User.objects.filter(username__in=usernames))
         config = scheduler_config_get()
