@@ -35,6 +35,7 @@ from scheduler.core.types import (
     Start,
 )
 from scheduler.policies import decide
+from scheduler.policies.base import QUOTA_NARROWING
 
 from .choices import RoundOutcome, RoundTrigger
 from .locks import round_lock
@@ -247,12 +248,21 @@ def decisions_apply(*, decisions: Decisions, context: RoundContext, now) -> Appl
     return result
 
 
-def _checkpointing_reason(victims: Sequence[int]) -> str:
-    """Why a job waits for GPUs that jobs preempted for it are still checkpointing on."""
-    if len(victims) == 1:
-        return f"WaitingForResources: job #{victims[0]} is checkpointing before it frees its GPUs"
-    named = ", ".join(f"#{victim}" for victim in victims)
-    return f"WaitingForResources: jobs {named} are checkpointing before they free their GPUs"
+def _checkpointing_reason(victims: Sequence[int], *, after: str = "") -> str:
+    """Why a job waits for GPUs that jobs preempted for it are still checkpointing on.
+
+    Each job is named "job #N", the form `jobs.selectors.texts_for_viewer` turns into
+    "another job" for a viewer who may not see it. `after`: the policy's reason's own
+    addition (what a per-type quota rules out), kept.
+    """
+    named = [f"job #{victim}" for victim in victims]
+    if len(named) == 1:
+        text = f"{named[0]} is checkpointing before it frees its GPUs"
+    else:
+        text = (
+            f"{', '.join(named[:-1])} and {named[-1]} are checkpointing before they free their GPUs"
+        )
+    return f"WaitingForResources: {text}{after}"
 
 
 def _devices_refusing_starts(device_ids: set[int]) -> set[int]:
@@ -384,9 +394,12 @@ def _apply_start(
         job = job_start(job_id=start.job_id, device_ids=start.device_ids)
     except ApplicationError as exc:
         _drop(result, "start", start.job_id, str(exc))
+        if not Job.objects.filter(pk=start.job_id, state=JobState.PENDING).exists():
+            # It left the queue meanwhile (cancelled): no hold, and no place in the queue
+            # (the jobs behind it would each show one place too late).
+            return None
         # Most often a chosen GPU is still held: by the victim that could not be preempted
-        # for it, or by a job that took it first. A job that left the queue (cancelled)
-        # meanwhile keeps its own reason: holds are written to PENDING rows only.
+        # for it, or by a job that took it first.
         if refused_victim is not None:
             return _victim_refused_reason(refused_victim)
         return (
@@ -461,7 +474,9 @@ def _apply_holds(
             if claimant in waiting:
                 victims[claimant].append(victim)
     for claimant, stopping in victims.items():
-        reasons[claimant] = _checkpointing_reason(sorted(stopping))
+        _, quota_part, rest = reasons[claimant].partition(QUOTA_NARROWING)
+        after = f"{QUOTA_NARROWING}{rest}" if quota_part else ""
+        reasons[claimant] = _checkpointing_reason(sorted(stopping), after=after)
     reasons |= held_back
     changed: list[tuple[int, str, int | None]] = []
     for position, job_id in enumerate(_held_in_order(decisions, held_back), start=1):

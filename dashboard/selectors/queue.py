@@ -19,6 +19,7 @@ from accounts.models import User
 from jobs.choices import HOLDING_STATES, JobState
 from jobs.models import Job
 from jobs.selectors import job_seen_by, jobs_live_service, texts_for_viewer
+from scheduler.policies.base import QUOTA_NARROWING
 
 from ..models import QueueSample
 
@@ -94,9 +95,14 @@ def reason_in_words(reason: str) -> str:
 
 def reason_for_outsider(reason: str) -> str:
     """`reason` as told to someone who may not see its job in full: a quota's cap is left
-    out ("QuotaExceeded: user max GPUs 2" -> "QuotaExceeded", said "Held by a quota")."""
+    out ("QuotaExceeded: user max GPUs 2" -> "QuotaExceeded", said "Held by a quota"), and
+    so are the limits a capacity reason adds ("…; quota rules out a100 (user max a100 GPUs
+    1)" -> "…; a quota rules out some of its types")."""
     code, _, _ = reason.partition(": ")
-    return code if code in PRIVATE_DETAIL_CODES else reason
+    if code in PRIVATE_DETAIL_CODES:
+        return code
+    capacity, narrowed, _ = reason.partition(QUOTA_NARROWING)
+    return f"{capacity}; a quota rules out some of its types" if narrowed else reason
 
 
 def _entry(

@@ -9,6 +9,8 @@ after the session ended back as one) changes nothing and says so on the cluster 
 
 from __future__ import annotations
 
+import time
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,9 +26,13 @@ from cluster.services import device_cordon, device_uncordon, node_drain, node_un
 from ..selectors.cluster import FRESH_READING, HEALTH_WINDOW, age_text, cluster_overview
 
 REFRESH_SECONDS = 15
-# A refused drain's node, typed reason and error, kept in the session for the one page
-# that follows the redirect: it marks that node's reason field and shows what was typed.
+# A refused drain's node, typed reason and error, kept in the session: every render of the
+# page marks that node's reason field and shows what was typed, auto-refreshes included
+# (read once, the error was gone at the next refresh, or taken by a refresh that came
+# between the post and its redirect), until the admin posts a drain or an undrain again
+# or DRAIN_ERROR_SECONDS have passed.
 DRAIN_ERROR_KEY = "dashboard:drain-error"
+DRAIN_ERROR_SECONDS = 600
 
 
 class NodeDrainForm(forms.Form):
@@ -39,7 +45,7 @@ class NodeDrainForm(forms.Form):
 @login_required
 def cluster_page(request: HttpRequest) -> HttpResponse:
     overview = cluster_overview(viewer=request.user)
-    drain_error = request.session.pop(DRAIN_ERROR_KEY, None) if request.user.is_lab_admin else None
+    drain_error = _drain_error(request) if request.user.is_lab_admin else None
     return render(
         request,
         "dashboard/cluster.html",
@@ -53,6 +59,18 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
             "drain_error": drain_error,
         },
     )
+
+
+def _drain_error(request: HttpRequest) -> dict[str, object] | None:
+    error = request.session.get(DRAIN_ERROR_KEY)
+    if error is None:
+        return None
+    if not isinstance(error.get("at"), (int, float)) or time.time() - error["at"] > (
+        DRAIN_ERROR_SECONDS
+    ):
+        del request.session[DRAIN_ERROR_KEY]
+        return None
+    return error
 
 
 def _admin_node(request: HttpRequest, node_id: int) -> Node:
@@ -85,6 +103,7 @@ def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
     if request.method != "POST":
         can = node_can_drain(node.state, node.return_state)
         return _nothing_changed(request, node, can=can, action="drain")
+    request.session.pop(DRAIN_ERROR_KEY, None)  # an earlier refusal is answered by this post
     form = NodeDrainForm(request.POST)
     if not form.is_valid():
         # The only field: the message names it, since the form lives on another page.
@@ -95,6 +114,7 @@ def node_drain_page(request: HttpRequest, node_id: int) -> HttpResponse:
             # What was typed, cut to what the field could ever hold and a bit: shown again.
             "reason": request.POST.get("reason", "")[: 2 * NodeDrainForm.REASON_MAX],
             "error": errors,
+            "at": time.time(),
         }
         return redirect("dashboard:cluster")
     if not node_can_drain(node.state, node.return_state):
@@ -125,6 +145,7 @@ def node_undrain_page(request: HttpRequest, node_id: int) -> HttpResponse:
     if request.method != "POST":
         can = node_can_undrain(node.state, node.return_state)
         return _nothing_changed(request, node, can=can, action="undrain")
+    request.session.pop(DRAIN_ERROR_KEY, None)  # the admin has moved on from the refusal
     if not node_can_undrain(node.state, node.return_state):
         messages.error(request, f"Node {node.name} is {_state_words(node)}; nothing to undrain.")
         return redirect("dashboard:cluster")

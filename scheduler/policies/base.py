@@ -615,6 +615,11 @@ _NO_FAILURE = 1 << 62  # larger than any job's GPU count
 _CAPACITY_HOLDS = frozenset({ReasonCode.BEHIND, ReasonCode.WAITING_FOR_RESOURCES})
 
 
+# Joins a capacity reason to the types a per-type quota rules out, with the limits: the
+# pages cut it for people who may not see the job (dashboard.selectors.queue).
+QUOTA_NARROWING = "; quota rules out "
+
+
 def _narrowed_reason(
     reason: Reason,
     job: Job,
@@ -637,7 +642,7 @@ def _narrowed_reason(
         return reason
     types = ", ".join(device_type for device_type, _ in blocks)
     limits = "; ".join(dict.fromkeys(block for _, block in blocks))
-    return Reason(reason.code, f"{reason.detail}; quota rules out {types} ({limits})")
+    return Reason(reason.code, f"{reason.detail}{QUOTA_NARROWING}{types} ({limits})")
 
 
 Layer = tuple[FreeCounts, dict[str, int]]  # devices per type and node, and per type

@@ -12,10 +12,9 @@
    emptied (templates render every region, empty when it has nothing to say, so this only
    clears what is gone), except a chart, which keeps its last drawing. The reader keeps
    their place: scroll position is untouched, a region holding keyboard focus, a text
-   selection or a form field the reader has changed is skipped, and so is one holding a
-   `[data-keep]` element (a form error the server re-showed with what was typed, kept until
-   the reader submits again); nothing happens while the tab is hidden, and a button pauses
-   it. An open <details> stays open across a swap.
+   selection or a form field the reader has changed is skipped (a form error the server
+   re-shows with what was typed is rendered again by every refresh: the cluster page's
+   drain); nothing happens while the tab is hidden, and a button pauses it. An open <details> stays open across a swap.
    What it says: the stamp shows when the page was last updated, in the lab's time zone
    (`data-time-zone` on <body>: the pages' times are the lab's, not the browser's). The
    `[data-refresh-status]` live region speaks only of changes worth hearing: an element
@@ -97,9 +96,6 @@
   }
 
   function hasUnsavedInput(element) {
-    // A re-shown form error (what was typed, refused) reads as unsaved although its value
-    // is the field's default: a refresh must not take it away before it is read and fixed.
-    if (element.querySelector("[data-keep]")) return true;
     var fields = element.querySelectorAll("input, textarea, select");
     for (var i = 0; i < fields.length; i += 1) {
       var field = fields[i];

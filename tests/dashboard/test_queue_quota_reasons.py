@@ -95,3 +95,16 @@ def test_other_reasons_of_others_jobs_keep_their_detail(owner, outsider, nlp, ap
     )
     (entry,) = api_as(owner).get("/api/v1/queue/").json()["pending"]
     assert entry["reason_words"] == "Waiting for free GPUs: needs 4 × a100 on one node"
+
+
+def test_a_capacity_reason_loses_the_limits_a_quota_adds_for_others():
+    from dashboard.selectors.queue import reason_for_outsider
+
+    narrowed = (
+        "WaitingForResources: needs 1 × a100/v100; quota rules out a100 (user max a100 GPUs 1)"
+    )
+    assert reason_for_outsider(narrowed) == (
+        "WaitingForResources: needs 1 × a100/v100; a quota rules out some of its types"
+    )
+    plain = "WaitingForResources: needs 1 × a100/v100"
+    assert reason_for_outsider(plain) == plain

@@ -1,15 +1,17 @@
 """Dashboard pages keep their auto-refreshed regions fit for a refresh: every region is
 rendered whatever it holds, one element in every state, and a re-shown form error is
-marked to be left alone (gpulab.js: `[data-keep]`)."""
+rendered again by every refresh."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from django.urls import reverse
 
 from cluster.models import Node
+from dashboard.views.cluster import DRAIN_ERROR_SECONDS
 from tests.dashboard.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
@@ -26,14 +28,30 @@ def test_the_fairness_page_without_usage_has_its_charts_and_table_regions(owner)
         assert f'<div data-refresh-id="{table}">' in html
 
 
-def test_a_refused_drain_reason_is_kept_from_refreshes_and_a_plain_one_is_not(
+def test_a_refused_drain_is_shown_by_every_render_until_the_admin_posts_again(
     lab_admin, small_cluster
 ):
-    node, other = Node.objects.get(name="a0"), Node.objects.get(name="a1")
+    node = Node.objects.get(name="a0")
     client = logged_in(lab_admin)
     client.post(reverse("dashboard:node-drain", args=[node.pk]), {"reason": "   "})
 
-    page = client.get("/cluster/").content.decode()
+    # The page after the redirect and each auto-refresh after it (or one that came between
+    # the post and its redirect): the error and what was typed, every time.
+    for _ in range(3):
+        page = client.get("/cluster/", headers={"X-Refresh": "1"}).content.decode()
+        field = re.search(rf'<input id="drain-reason-{node.pk}"[^>]*>', page)[0]
+        assert 'aria-invalid="true"' in field and 'value="   "' in field
+        assert f'id="drain-reason-{node.pk}-error"' in page
 
-    assert "data-keep" in re.search(rf'<input id="drain-reason-{node.pk}"[^>]*>', page)[0]
-    assert "data-keep" not in re.search(rf'<input id="drain-reason-{other.pk}"[^>]*>', page)[0]
+    client.post(reverse("dashboard:node-undrain", args=[node.pk]))  # the admin moved on
+    assert f'id="drain-reason-{node.pk}-error"' not in client.get("/cluster/").content.decode()
+
+
+def test_a_refused_drain_is_forgotten_after_ten_minutes(lab_admin, small_cluster, monkeypatch):
+    node = Node.objects.get(name="a0")
+    client = logged_in(lab_admin)
+    client.post(reverse("dashboard:node-drain", args=[node.pk]), {"reason": "   "})
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + DRAIN_ERROR_SECONDS + 1)
+
+    assert f'id="drain-reason-{node.pk}-error"' not in client.get("/cluster/").content.decode()

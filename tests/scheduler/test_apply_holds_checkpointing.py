@@ -159,3 +159,35 @@ def test_a_start_whose_owner_was_disabled_after_the_snapshot_is_held_as_the_next
         (OWNER_DISABLED_REASON, None),
         ("Behind: 1 job in queue 0", 1),
     ]
+
+
+@pytest.mark.django_db
+def test_a_start_cancelled_during_the_round_takes_no_place_in_the_queue(owner, outsider, cluster):
+    first = submit(owner, 4)
+    second = submit(outsider, 4)
+    context, decisions, now = plan()
+    # The owner cancels the job the round is about to start.
+    Job.objects.filter(pk=first.pk).update(state=JobState.CANCELLED)
+
+    apply(decisions, context, now)
+
+    ((_, second_position),) = queue(second)
+    assert second_position == 1  # not 2 behind a job that left the queue
+
+
+def test_several_jobs_checkpointing_are_each_named_so_a_viewer_sees_none_of_their_ids(
+    db, owner, outsider
+):
+    from jobs.selectors import texts_for_viewer
+    from scheduler.services import _checkpointing_reason
+    from tests.factories import JobFactory
+
+    a, b, c = (JobFactory(owner=outsider) for _ in range(3))
+    reason = _checkpointing_reason([a.pk, b.pk, c.pk], after="; quota rules out a100 (x)")
+
+    assert reason == (
+        f"WaitingForResources: job #{a.pk}, job #{b.pk} and job #{c.pk} are checkpointing "
+        "before they free their GPUs; quota rules out a100 (x)"
+    )
+    (seen,) = texts_for_viewer([reason], user=owner)
+    assert not any(f"#{job.pk}" in seen for job in (a, b, c))
