@@ -5,6 +5,7 @@ changed on /manage/quotas/ meanwhile."""
 from __future__ import annotations
 
 import pytest
+from django.contrib import admin
 from django.test import Client
 
 from accounts.admin import LabGroupAdmin, UserAdmin
@@ -97,3 +98,30 @@ def test_the_group_service_writes_the_group_fields_only(vision, lab_admin) -> No
 
     stored = LabGroup.objects.get(pk=vision.pk)
     assert (stored.name, stored.usage, stored.weight) == ("vision-lab", 9.0, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("model_admin", "model", "saved"),
+    [
+        (UserAdmin, User, "USER_ACCOUNT_FIELDS"),
+        (LabGroupAdmin, LabGroup, "LAB_GROUP_FIELDS"),
+    ],
+)
+def test_every_field_the_admin_page_edits_is_one_its_save_writes(
+    rf, lab_admin, owner, vision, model_admin, model, saved
+) -> None:  # type: ignore[no-untyped-def]
+    # A field added to the page but not to the service's list would be dropped on save
+    # without a word. Many-to-many fields are saved by their own services.
+    import accounts.services
+
+    request = rf.get("/")
+    request.user = lab_admin
+    instance = owner if model is User else vision
+    form = model_admin(model, admin.site).get_form(request, instance)
+    many = {field.name for field in model._meta.get_fields() if field.many_to_many}
+    edited = {
+        name
+        for name, field in form.base_fields.items()
+        if name not in many and not field.disabled and name != "password"
+    }
+    assert edited <= set(getattr(accounts.services, saved))
